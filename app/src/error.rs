@@ -1,0 +1,43 @@
+//! [`AppError`]: what a server function can answer instead of a value.
+
+use leptos::prelude::{FromServerFnError, ServerFnErrorErr};
+use leptos::server_fn::codec::JsonEncoding;
+use serde::{Deserialize, Serialize};
+
+/// The error of every server function. It crosses the wire as JSON, so the browser can tell
+/// a validation message (show it next to the field) from an outage (offer to retry).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum AppError {
+    /// The input is wrong; the message says how to fix it.
+    #[error("{0}")]
+    Invalid(String),
+    #[error("please sign in")]
+    Unauthorized,
+    /// Also used for resources of other tenants, so their existence is not revealed.
+    #[error("not found")]
+    NotFound,
+    /// A backing service is down; retrying later may work.
+    #[error("{0} is unavailable; try again shortly")]
+    Unavailable(String),
+    /// A bug or an unexpected failure; the details are in the server log.
+    #[error("internal error; see the server log")]
+    Internal,
+    /// The request never reached the function, or its answer could not be read.
+    #[error("request failed: {0}")]
+    Transport(String),
+}
+
+impl AppError {
+    /// Whether retrying the same call may succeed.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, AppError::Unavailable(_) | AppError::Transport(_))
+    }
+}
+
+impl FromServerFnError for AppError {
+    type Encoder = JsonEncoding;
+
+    fn from_server_fn_error(value: ServerFnErrorErr) -> Self {
+        AppError::Transport(value.to_string())
+    }
+}

@@ -1,0 +1,51 @@
+import { test, expect, waitForHydration } from './fixtures';
+
+test('the console page is server-rendered, hydrates, and a server function round-trips', async ({
+  page,
+  browserErrors,
+  screenshot,
+}) => {
+  // With JavaScript's effects not yet run, the server-rendered HTML already has the status.
+  const response = await page.goto('/');
+  expect(response?.status()).toBe(200);
+  await expect(page.getByTestId('status-mode')).toHaveText('embedded');
+  await expect(page.getByTestId('status-ready')).toHaveText('ready');
+
+  await waitForHydration(page);
+  await expect(page.getByTestId('hydration')).toHaveText('live');
+  const firstReading = await page.getByTestId('status-checked-at').textContent();
+
+  // A click only works once hydrated; it calls the server function over HTTP.
+  const [request] = await Promise.all([
+    page.waitForRequest((r) => r.url().endsWith('/api/status') && r.method() === 'POST'),
+    page.getByTestId('refresh-status').click(),
+  ]);
+  const reply = await request.response();
+  expect(reply?.status()).toBe(200);
+  const body = await reply!.json();
+  expect(body.mode).toBe('embedded');
+  await expect(page.getByTestId('status-checks')).toHaveText('readings: 2');
+  await expect(page.getByTestId('status-checked-at')).not.toHaveText(firstReading ?? '');
+  await expect(page.getByTestId('status-checked-at')).toHaveText(String(body.checked_at_ms));
+  await screenshot('home');
+  expect(browserErrors).toEqual([]);
+});
+
+test('navigation between pages happens in the browser after hydration', async ({
+  page,
+  browserErrors,
+  screenshot,
+}) => {
+  await page.goto('/');
+  await waitForHydration(page);
+  // A full page load would lose this marker; client-side routing keeps it.
+  await page.evaluate(() => ((window as unknown as { sluiceMarker: number }).sluiceMarker = 42));
+  await page.getByRole('link', { name: 'Sign in' }).click();
+  await expect(page).toHaveURL(/\/sign-in$/);
+  await expect(page.getByRole('heading', { name: 'Sign in' })).toBeVisible();
+  const marker = await page.evaluate(() => (window as unknown as { sluiceMarker?: number }).sluiceMarker);
+  expect(marker).toBe(42);
+  await expect(page.getByLabel('Email')).toBeVisible();
+  await screenshot('sign-in');
+  expect(browserErrors).toEqual([]);
+});

@@ -1,0 +1,176 @@
+//! Typed configuration: every setting is a flag and an environment variable, and a bad value
+//! stops start-up with a message that says which setting is wrong.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// The `sluice` command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "sluice",
+    version,
+    about = "Sluice: a multi-tenant, distributed rate limiter"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub config: Config,
+}
+
+/// What to do; serving is the default.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the console, `/v1/*`, `/healthz`, `/readyz` and `/metrics` (the default).
+    Serve,
+    /// Apply the database migrations and exit.
+    Migrate,
+}
+
+/// Server settings. Everything has a default that gives a working embedded instance.
+#[derive(Debug, Clone, Args)]
+pub struct Config {
+    /// Address of the console, `/v1/*`, `/healthz` and `/readyz`. Port 0 picks a free port.
+    #[arg(long, env = "SLUICE_LISTEN", default_value = "127.0.0.1:3000")]
+    pub listen: SocketAddr,
+
+    /// A separate listener for `/metrics`, for deployments that keep metrics off the public
+    /// port. When unset, `/metrics` is served on the main listener.
+    #[arg(long, env = "SLUICE_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+
+    /// Where the embedded mode keeps its SQLite file and other local state.
+    #[arg(long, env = "SLUICE_DATA_DIR", default_value = "./data")]
+    pub data_dir: PathBuf,
+
+    /// The configuration store: `postgres://…` for the distributed mode. Defaults to
+    /// `sqlite://$SLUICE_DATA_DIR/sluice.db`, which needs no setup.
+    #[arg(long, env = "DATABASE_URL")]
+    pub database_url: Option<String>,
+
+    /// One Redis for the counters (`redis://host:port/db`). When neither this nor
+    /// `--redis-cluster-nodes` is set, the limiter runs in-process (one instance only).
+    #[arg(long, env = "REDIS_URL", conflicts_with = "redis_cluster_nodes")]
+    pub redis_url: Option<String>,
+
+    /// Seed nodes of a Redis Cluster, comma-separated (`redis://10.0.0.1:6379,…`).
+    #[arg(long, env = "REDIS_CLUSTER_NODES", value_delimiter = ',')]
+    pub redis_cluster_nodes: Vec<String>,
+
+    /// How long a Redis command may take before the limiter gives up and applies the rule's
+    /// failure mode. Keep it well below your callers' own timeouts.
+    #[arg(long, env = "SLUICE_REDIS_TIMEOUT_MS", default_value_t = 250)]
+    pub redis_timeout_ms: u64,
+
+    /// Log format: `text` for people, `json` for log pipelines.
+    #[arg(long, env = "SLUICE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// The built console (WASM, JS and CSS) produced by `cargo leptos build`; `cargo leptos`
+    /// sets it for you.
+    #[arg(long, env = "LEPTOS_SITE_ROOT", default_value = "target/site")]
+    pub site_root: PathBuf,
+}
+
+/// Output format of the logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Where the counters live, derived from the Redis settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LimiterTarget {
+    InProcess,
+    Redis(String),
+    Cluster(Vec<String>),
+}
+
+impl Config {
+    /// A configuration with every default, for tests and embedding.
+    pub fn embedded(data_dir: PathBuf) -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            metrics_listen: None,
+            data_dir,
+            database_url: None,
+            redis_url: None,
+            redis_cluster_nodes: Vec::new(),
+            redis_timeout_ms: 250,
+            log_format: LogFormat::Text,
+            site_root: PathBuf::from("target/site"),
+        }
+    }
+
+    /// The database URL in force: the explicit one, or the SQLite file in the data directory.
+    pub fn database_url(&self) -> String {
+        match &self.database_url {
+            Some(url) => url.clone(),
+            None => format!("sqlite://{}", self.data_dir.join("sluice.db").display()),
+        }
+    }
+
+    /// Where the counters live.
+    pub fn limiter_target(&self) -> LimiterTarget {
+        if let Some(url) = &self.redis_url {
+            LimiterTarget::Redis(url.clone())
+        } else if !self.redis_cluster_nodes.is_empty() {
+            LimiterTarget::Cluster(self.redis_cluster_nodes.clone())
+        } else {
+            LimiterTarget::InProcess
+        }
+    }
+
+    /// Embedded mode: no external service at all.
+    pub fn is_embedded(&self) -> bool {
+        self.database_url.is_none() && self.limiter_target() == LimiterTarget::InProcess
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("sluice").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn defaults_give_an_embedded_instance() {
+        let cli = parse(&[]).expect("defaults parse");
+        assert!(cli.config.is_embedded());
+        assert_eq!(cli.config.listen.to_string(), "127.0.0.1:3000");
+        assert_eq!(cli.config.database_url(), "sqlite://./data/sluice.db");
+        assert_eq!(cli.config.limiter_target(), LimiterTarget::InProcess);
+    }
+
+    #[test]
+    fn cluster_nodes_are_comma_separated() {
+        let cli = parse(&["--redis-cluster-nodes", "redis://a:1,redis://b:2"]).expect("parse");
+        assert_eq!(
+            cli.config.limiter_target(),
+            LimiterTarget::Cluster(vec!["redis://a:1".into(), "redis://b:2".into()])
+        );
+    }
+
+    #[test]
+    fn redis_url_and_cluster_nodes_conflict() {
+        let err = parse(&[
+            "--redis-url",
+            "redis://a",
+            "--redis-cluster-nodes",
+            "redis://b",
+        ])
+        .expect_err("both must be refused");
+        assert_eq!(err.kind(), clap::error::ErrorKind::ArgumentConflict);
+    }
+
+    #[test]
+    fn a_bad_listen_address_is_refused() {
+        let err = parse(&["--listen", "not-an-address"]).expect_err("must be refused");
+        assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation);
+    }
+}

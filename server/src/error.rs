@@ -1,0 +1,102 @@
+//! The HTTP error boundary. Every error leaves as `application/problem+json` (RFC 9457).
+//! Store and Redis errors become opaque 500/503 answers; their cause chain is logged, never
+//! sent to the client.
+
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+use crate::limiter::LimiterError;
+use crate::store::StoreError;
+
+/// An error answered by the HTTP API.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("a valid API key is required")]
+    Unauthorized,
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("not found")]
+    NotFound,
+    #[error("{0}")]
+    Conflict(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Limiter(#[from] LimiterError),
+}
+
+/// The problem+json body.
+#[derive(Debug, Serialize)]
+pub struct Problem {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub title: &'static str,
+    pub status: u16,
+    pub detail: String,
+}
+
+impl ApiError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::NotFound => StatusCode::NOT_FOUND,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::Store(StoreError::Conflict(_)) => StatusCode::CONFLICT,
+            ApiError::Store(e) if e.is_transient() => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Limiter(e) if e.is_transient() => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Store(_) | ApiError::Limiter(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn problem(&self) -> Problem {
+        let status = self.status();
+        let (kind, title) = match status {
+            StatusCode::BAD_REQUEST => ("/problems/bad-request", "Bad request"),
+            StatusCode::UNAUTHORIZED => ("/problems/unauthorized", "Unauthorized"),
+            StatusCode::FORBIDDEN => ("/problems/forbidden", "Forbidden"),
+            StatusCode::NOT_FOUND => ("/problems/not-found", "Not found"),
+            StatusCode::CONFLICT => ("/problems/conflict", "Conflict"),
+            StatusCode::SERVICE_UNAVAILABLE => ("/problems/unavailable", "Service unavailable"),
+            _ => ("/problems/internal", "Internal error"),
+        };
+        let detail = match self {
+            ApiError::Store(StoreError::Conflict(what)) => format!("{what} already exists"),
+            ApiError::Store(_) | ApiError::Limiter(_)
+                if status == StatusCode::SERVICE_UNAVAILABLE =>
+            {
+                "a backing service is unavailable; retry later".to_owned()
+            }
+            ApiError::Store(_) | ApiError::Limiter(_) => {
+                "internal error; see the server log".to_owned()
+            }
+            other => other.to_string(),
+        };
+        Problem {
+            kind,
+            title,
+            status: status.as_u16(),
+            detail,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if matches!(self, ApiError::Store(_) | ApiError::Limiter(_)) {
+            tracing::error!(error = ?self, "request failed");
+        }
+        let problem = self.problem();
+        let body = serde_json::to_vec(&problem).unwrap_or_default();
+        (
+            self.status(),
+            [(header::CONTENT_TYPE, "application/problem+json")],
+            body,
+        )
+            .into_response()
+    }
+}

@@ -1,0 +1,47 @@
+//! `sluice`: parse the configuration, build the instance, serve until stopped.
+
+use clap::Parser;
+use sluice::config::{Cli, Command};
+use sluice::startup::Application;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    sluice::telemetry::init(cli.config.log_format);
+    match cli.command.unwrap_or(Command::Serve) {
+        Command::Serve => {
+            let app = Application::build(cli.config).await?;
+            announce(&app);
+            app.run_until_stopped().await
+        }
+        Command::Migrate => {
+            let url = cli.config.database_url();
+            let db = sluice::store::Db::connect(&url).await?;
+            db.migrate().await?;
+            tracing::info!("migrations applied");
+            Ok(())
+        }
+    }
+}
+
+/// Tells the person who started the server where it is.
+#[allow(clippy::print_stdout)]
+fn announce(app: &Application) {
+    let address = app.address();
+    println!();
+    println!("  Sluice is running at http://{address}/");
+    println!("  Health: http://{address}/healthz   Readiness: http://{address}/readyz");
+    match app.metrics_address() {
+        Some(metrics) => println!("  Metrics: http://{metrics}/metrics"),
+        None => println!("  Metrics: http://{address}/metrics"),
+    }
+    if app.is_embedded() {
+        println!("  Mode: embedded (SQLite in SLUICE_DATA_DIR, in-process limiter).");
+    } else {
+        println!("  Mode: distributed.");
+    }
+    println!("  Open the URL in a browser; the console shows the instance status.");
+    println!("  Console sign-in is not built yet: there is nothing to log in with.");
+    println!("  Stop with Ctrl-C.");
+    println!();
+}

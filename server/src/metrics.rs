@@ -1,0 +1,103 @@
+//! Prometheus metrics. Labels are bounded: route templates and status codes, never raw paths,
+//! subjects or keys.
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::header::CONTENT_TYPE;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+/// Every metric of one server instance, registered in its own registry (so tests that run
+/// several instances in one process do not collide).
+#[derive(Debug, Clone)]
+pub struct Metrics {
+    registry: Registry,
+    pub http_requests: IntCounterVec,
+    pub http_duration: HistogramVec,
+}
+
+impl Metrics {
+    pub fn new(mode: &str, database: &str, limiter: &str) -> Self {
+        let registry = Registry::new_custom(Some("sluice".into()), None).expect("a valid prefix");
+        let build_info = IntGaugeVec::new(
+            Opts::new("build_info", "Always 1; the labels describe this instance."),
+            &["version", "mode", "database", "limiter"],
+        )
+        .expect("valid metric");
+        build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION"), mode, database, limiter])
+            .set(1);
+        let http_requests = IntCounterVec::new(
+            Opts::new(
+                "http_requests_total",
+                "HTTP requests by route template and status.",
+            ),
+            &["method", "route", "status"],
+        )
+        .expect("valid metric");
+        let http_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "http_request_duration_seconds",
+                "HTTP request latency by route template.",
+            )
+            .buckets(vec![
+                0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+            ]),
+            &["method", "route"],
+        )
+        .expect("valid metric");
+        for collector in [
+            Box::new(build_info) as Box<dyn prometheus::core::Collector>,
+            Box::new(http_requests.clone()),
+            Box::new(http_duration.clone()),
+        ] {
+            registry
+                .register(collector)
+                .expect("metric names are unique");
+        }
+        Self {
+            registry,
+            http_requests,
+            http_duration,
+        }
+    }
+
+    /// The text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut buf)
+            .expect("encoding into a Vec cannot fail");
+        String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+/// `GET /metrics`.
+pub async fn handler(State(metrics): State<Metrics>) -> impl IntoResponse {
+    (
+        [(CONTENT_TYPE, "text/plain; version=0.0.4")],
+        metrics.render(),
+    )
+}
+
+/// Counts and times every request by its route template.
+pub async fn track(State(metrics): State<Metrics>, request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let method = request.method().as_str().to_owned();
+    let started = std::time::Instant::now();
+    let response = next.run(request).await;
+    metrics
+        .http_duration
+        .with_label_values(&[method.as_str(), route.as_str()])
+        .observe(started.elapsed().as_secs_f64());
+    metrics
+        .http_requests
+        .with_label_values(&[method.as_str(), route.as_str(), response.status().as_str()])
+        .inc();
+    response
+}

@@ -1,0 +1,262 @@
+//! Building and running an instance: connect the store and the limiter, build the router,
+//! bind the listeners, serve until a shutdown signal.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use app::port::SharedConsole;
+use axum::extract::FromRef;
+use axum::routing::get;
+use axum::Router;
+use leptos::prelude::{provide_context, Env, LeptosOptions};
+use leptos_axum::{generate_route_list, LeptosRoutes};
+use tokio::net::TcpListener;
+
+use crate::config::Config;
+use crate::console::ConsoleService;
+use crate::limiter::Limiter;
+use crate::metrics::{self, Metrics};
+use crate::store::Db;
+use crate::{health, telemetry};
+
+/// Everything a request handler may need. Handlers extract only their part.
+#[derive(Debug, Clone, FromRef)]
+pub struct AppState {
+    pub leptos_options: LeptosOptions,
+    pub db: Db,
+    pub limiter: Limiter,
+    pub metrics: Metrics,
+    pub console: SharedConsole,
+}
+
+/// The router of one instance. Tests can drive it with `oneshot`, without a socket.
+pub fn router(state: AppState) -> Router {
+    let routes = generate_route_list(app::App);
+    let console = state.console.clone();
+    let options = state.leptos_options.clone();
+    let metrics_state = state.metrics.clone();
+    Router::new()
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(metrics::handler))
+        .leptos_routes_with_context(
+            &state,
+            routes,
+            move || provide_context(console.clone()),
+            move || app::shell(options.clone()),
+        )
+        .fallback(leptos_axum::file_and_error_handler::<AppState, _>(
+            app::shell,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            metrics_state,
+            metrics::track,
+        ))
+        .with_state(state)
+}
+
+/// A built instance: connected, bound, not yet serving.
+pub struct Application {
+    listener: TcpListener,
+    metrics_listener: Option<TcpListener>,
+    router: Router,
+    metrics_router: Option<Router>,
+    db: Db,
+    embedded: bool,
+}
+
+impl std::fmt::Debug for Application {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Application")
+            .field("address", &self.listener.local_addr().ok())
+            .field("metrics_address", &self.metrics_address())
+            .field("database", &self.db.dialect())
+            .field("embedded", &self.embedded)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Application {
+    /// Connects to the store (and migrates it) and to the limiter backend, and binds the
+    /// listeners. Fails with a message that names the setting to fix.
+    pub async fn build(config: Config) -> anyhow::Result<Self> {
+        telemetry::init(config.log_format);
+        let database_url = config.database_url();
+        let db = Db::connect(&database_url)
+            .await
+            .with_context(|| format!("cannot open the database at {}", redacted(&database_url)))?;
+        db.migrate().await.with_context(|| {
+            format!("cannot migrate the database at {}", redacted(&database_url))
+        })?;
+
+        let timeout = Duration::from_millis(config.redis_timeout_ms);
+        let limiter = Limiter::connect(&config.limiter_target(), timeout)
+            .await
+            .context(
+                "cannot reach Redis: check REDIS_URL / REDIS_CLUSTER_NODES and that Redis is up",
+            )?;
+
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("cannot listen on {} (SLUICE_LISTEN)", config.listen))?;
+        let metrics_listener = match config.metrics_listen {
+            Some(addr) => Some(
+                TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("cannot listen on {addr} (SLUICE_METRICS_LISTEN)"))?,
+            ),
+            None => None,
+        };
+        let address = listener.local_addr()?;
+
+        let embedded = config.is_embedded();
+        let metrics = Metrics::new(
+            if embedded { "embedded" } else { "distributed" },
+            db.dialect().as_str(),
+            limiter.kind().as_str(),
+        );
+        let console = ConsoleService::new(db.clone(), limiter.clone(), embedded);
+        let state = AppState {
+            leptos_options: leptos_options(&config, address),
+            db: db.clone(),
+            limiter,
+            metrics: metrics.clone(),
+            console: SharedConsole(Arc::new(console)),
+        };
+        let metrics_router = metrics_listener.as_ref().map(|_| {
+            Router::new()
+                .route("/metrics", get(metrics::handler))
+                .with_state(metrics)
+        });
+        Ok(Self {
+            listener,
+            metrics_listener,
+            router: router(state),
+            metrics_router,
+            db,
+            embedded,
+        })
+    }
+
+    /// The address the main listener is bound to (useful with port 0).
+    pub fn address(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .expect("a bound listener has an address")
+    }
+
+    pub fn metrics_address(&self) -> Option<SocketAddr> {
+        self.metrics_listener
+            .as_ref()
+            .and_then(|l| l.local_addr().ok())
+    }
+
+    pub fn is_embedded(&self) -> bool {
+        self.embedded
+    }
+
+    /// Serves until SIGINT or SIGTERM, then lets in-flight requests finish.
+    pub async fn run_until_stopped(self) -> anyhow::Result<()> {
+        self.run_until(shutdown_signal()).await
+    }
+
+    /// Serves until `stop` completes.
+    pub async fn run_until(
+        self,
+        stop: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let (tx, _) = tokio::sync::broadcast::channel::<()>(1);
+        let mut main_stop = tx.subscribe();
+        let mut metrics_stop = tx.subscribe();
+        let metrics_server = match (self.metrics_listener, self.metrics_router) {
+            (Some(listener), Some(router)) => Some(tokio::spawn(async move {
+                axum::serve(listener, router)
+                    .with_graceful_shutdown(async move {
+                        let _ = metrics_stop.recv().await;
+                    })
+                    .await
+            })),
+            _ => None,
+        };
+        tokio::spawn(async move {
+            stop.await;
+            let _ = tx.send(());
+        });
+        axum::serve(self.listener, self.router)
+            .with_graceful_shutdown(async move {
+                let _ = main_stop.recv().await;
+            })
+            .await
+            .context("the HTTP server failed")?;
+        if let Some(server) = metrics_server {
+            server.await.context("the metrics server panicked")??;
+        }
+        self.db.close().await;
+        tracing::info!("stopped");
+        Ok(())
+    }
+}
+
+fn leptos_options(config: &Config, address: SocketAddr) -> LeptosOptions {
+    LeptosOptions::builder()
+        .output_name("sluice")
+        .site_root(config.site_root.display().to_string())
+        .site_pkg_dir("pkg")
+        .env(Env::PROD)
+        .site_addr(address)
+        .build()
+}
+
+/// Hides the password of a database URL, for messages.
+fn redacted(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let credentials = &url[scheme + 3..at];
+            match credentials.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        () = ctrl_c => tracing::info!("SIGINT received, shutting down"),
+        () = terminate => tracing::info!("SIGTERM received, shutting down"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redacted;
+
+    #[test]
+    fn passwords_are_redacted_from_database_urls() {
+        assert_eq!(
+            redacted("postgres://u:secret@h:5432/db"),
+            "postgres://u:***@h:5432/db"
+        );
+        assert_eq!(redacted("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(
+            redacted("sqlite://./data/sluice.db"),
+            "sqlite://./data/sluice.db"
+        );
+    }
+}

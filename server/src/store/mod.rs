@@ -1,0 +1,193 @@
+//! The configuration store: tenants, users, keys, rules and audit events, on SQLite
+//! (embedded mode) or PostgreSQL (distributed mode).
+//!
+//! Both dialects run the same SQL: ids are UUID text, times are Unix milliseconds and
+//! placeholders are numbered (`$1`) in the order they appear. [`Db`] holds one pool of either
+//! kind, and the small functions in the submodules dispatch on it with [`with_pool!`], so no
+//! caller ever sees which database is in use.
+
+pub mod tenants;
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::migrate::Migrator;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+
+static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("../migrations/postgres");
+static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("../migrations/sqlite");
+
+/// Errors from the store. `transient` ones (the database is unreachable or overloaded) may
+/// succeed on retry and map to 503; the others are bugs or bad data and map to 500.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("the database URL {0:?} is not sqlite://… or postgres://…")]
+    UnsupportedUrl(String),
+    #[error("cannot create the data directory {path}: {source}")]
+    DataDir {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("database error: {0}")]
+    Sqlx(#[from] sqlx::Error),
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("{0} already exists")]
+    Conflict(String),
+}
+
+impl StoreError {
+    /// Whether a retry could succeed: the database was unreachable, not the query wrong.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            StoreError::Sqlx(e) => matches!(
+                e,
+                sqlx::Error::Io(_)
+                    | sqlx::Error::PoolTimedOut
+                    | sqlx::Error::PoolClosed
+                    | sqlx::Error::Tls(_)
+                    | sqlx::Error::WorkerCrashed
+            ),
+            _ => false,
+        }
+    }
+}
+
+/// Which database is behind a [`Db`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    Sqlite,
+    Postgres,
+}
+
+impl Dialect {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => "sqlite",
+            Dialect::Postgres => "postgres",
+        }
+    }
+}
+
+/// A pool on one of the two supported databases. Cloning is cheap (it is a handle).
+#[derive(Debug, Clone)]
+pub enum Db {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+/// Runs `$body` with `$pool` bound to the concrete pool, whichever database it is.
+macro_rules! with_pool {
+    ($db:expr, $pool:ident => $body:expr) => {
+        match $db {
+            $crate::store::Db::Sqlite($pool) => $body,
+            $crate::store::Db::Postgres($pool) => $body,
+        }
+    };
+}
+pub(crate) use with_pool;
+
+impl Db {
+    /// Opens a pool for `url`. For SQLite the file and its directory are created when
+    /// missing. The pool connects lazily, so a database that is down at start-up is reported
+    /// by [`Db::ping`] and `/readyz` rather than by a crash.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        if let Some(path) = url
+            .strip_prefix("sqlite://")
+            .or_else(|| url.strip_prefix("sqlite:"))
+        {
+            let file = path.split('?').next().unwrap_or_default();
+            if let Some(dir) = std::path::Path::new(file).parent() {
+                if !dir.as_os_str().is_empty() {
+                    std::fs::create_dir_all(dir).map_err(|source| StoreError::DataDir {
+                        path: dir.display().to_string(),
+                        source,
+                    })?;
+                }
+            }
+            let options = SqliteConnectOptions::from_str(url)?
+                .create_if_missing(true)
+                .journal_mode(SqliteJournalMode::Wal)
+                .foreign_keys(true)
+                .busy_timeout(Duration::from_secs(5));
+            let pool = SqlitePoolOptions::new()
+                .max_connections(8)
+                .connect_with(options)
+                .await?;
+            Ok(Db::Sqlite(pool))
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            let options = PgConnectOptions::from_str(url)?;
+            let pool = PgPoolOptions::new()
+                .max_connections(16)
+                .acquire_timeout(Duration::from_secs(2))
+                .connect_lazy_with(options);
+            Ok(Db::Postgres(pool))
+        } else {
+            Err(StoreError::UnsupportedUrl(url.to_owned()))
+        }
+    }
+
+    pub fn dialect(&self) -> Dialect {
+        match self {
+            Db::Sqlite(_) => Dialect::Sqlite,
+            Db::Postgres(_) => Dialect::Postgres,
+        }
+    }
+
+    /// Applies every migration of this dialect that has not run yet.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        match self {
+            Db::Sqlite(pool) => SQLITE_MIGRATIONS.run(pool).await?,
+            Db::Postgres(pool) => POSTGRES_MIGRATIONS.run(pool).await?,
+        }
+        Ok(())
+    }
+
+    /// The versions of the migrations this binary carries, oldest first.
+    pub fn known_migrations(&self) -> Vec<i64> {
+        let migrator = match self {
+            Db::Sqlite(_) => &SQLITE_MIGRATIONS,
+            Db::Postgres(_) => &POSTGRES_MIGRATIONS,
+        };
+        migrator.iter().map(|m| m.version).collect()
+    }
+
+    /// The migrations recorded as applied in the database, oldest first.
+    pub async fn applied_migrations(&self) -> Result<Vec<i64>, StoreError> {
+        let sql = "SELECT version FROM _sqlx_migrations WHERE success ORDER BY version";
+        let versions = with_pool!(self, pool => {
+            sqlx::query_scalar::<_, i64>(sql).fetch_all(pool).await?
+        });
+        Ok(versions)
+    }
+
+    /// One round trip to the database, for `/readyz`.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        with_pool!(self, pool => { sqlx::query("SELECT 1").execute(pool).await?; });
+        Ok(())
+    }
+
+    pub async fn close(&self) {
+        with_pool!(self, pool => pool.close().await);
+    }
+}
+
+/// The current time as Unix milliseconds, the store's time representation.
+pub fn now_ms() -> i64 {
+    let since_epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Maps a unique-constraint violation to [`StoreError::Conflict`] naming `what`.
+pub(crate) fn conflict_as(what: &str) -> impl FnOnce(sqlx::Error) -> StoreError + '_ {
+    move |e| match &e {
+        sqlx::Error::Database(db) if db.is_unique_violation() => {
+            StoreError::Conflict(what.to_owned())
+        }
+        _ => StoreError::Sqlx(e),
+    }
+}

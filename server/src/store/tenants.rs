@@ -1,0 +1,75 @@
+//! Tenants: create, read, list and change status.
+
+use serde::Serialize;
+
+use super::{conflict_as, now_ms, with_pool, Db, StoreError};
+
+/// A tenant as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+pub struct Tenant {
+    pub id: String,
+    pub name: String,
+    pub status: String,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+const COLUMNS: &str = "id, name, status, created_at, updated_at";
+
+/// Inserts a new active tenant. A duplicate name is a [`StoreError::Conflict`].
+pub async fn insert(db: &Db, name: &str) -> Result<Tenant, StoreError> {
+    let now = now_ms();
+    let tenant = Tenant {
+        id: uuid::Uuid::new_v4().to_string(),
+        name: name.to_owned(),
+        status: "active".to_owned(),
+        created_at: now,
+        updated_at: now,
+    };
+    let sql = "INSERT INTO tenants (id, name, status, created_at, updated_at) \
+               VALUES ($1, $2, $3, $4, $5)";
+    with_pool!(db, pool => {
+        sqlx::query(sql)
+            .bind(&tenant.id)
+            .bind(&tenant.name)
+            .bind(&tenant.status)
+            .bind(tenant.created_at)
+            .bind(tenant.updated_at)
+            .execute(pool)
+            .await
+            .map_err(conflict_as("a tenant with this name"))?;
+    });
+    Ok(tenant)
+}
+
+pub async fn get(db: &Db, id: &str) -> Result<Option<Tenant>, StoreError> {
+    let sql = format!("SELECT {COLUMNS} FROM tenants WHERE id = $1");
+    let tenant = with_pool!(db, pool => {
+        sqlx::query_as::<_, Tenant>(&sql).bind(id).fetch_optional(pool).await?
+    });
+    Ok(tenant)
+}
+
+/// Every tenant, by name.
+pub async fn list(db: &Db) -> Result<Vec<Tenant>, StoreError> {
+    let sql = format!("SELECT {COLUMNS} FROM tenants ORDER BY name");
+    let tenants = with_pool!(db, pool => {
+        sqlx::query_as::<_, Tenant>(&sql).fetch_all(pool).await?
+    });
+    Ok(tenants)
+}
+
+/// Sets the status (`active` or `suspended`); returns false when there is no such tenant.
+pub async fn set_status(db: &Db, id: &str, status: &str) -> Result<bool, StoreError> {
+    let sql = "UPDATE tenants SET status = $1, updated_at = $2 WHERE id = $3";
+    let affected = with_pool!(db, pool => {
+        sqlx::query(sql)
+            .bind(status)
+            .bind(now_ms())
+            .bind(id)
+            .execute(pool)
+            .await?
+            .rows_affected()
+    });
+    Ok(affected == 1)
+}

@@ -1,0 +1,219 @@
+//! `/healthz`, `/readyz`, `/metrics`, the console page and its server function, in each mode.
+
+use crate::helpers::{embedded_config, spawn_app, spawn_embedded};
+use crate::services::{shared_postgres, RedisCluster, RedisServer};
+use sluice::config::Config;
+
+#[tokio::test]
+async fn embedded_instance_is_healthy_and_ready() {
+    let app = spawn_embedded().await;
+    let health = app.get("/healthz").await;
+    assert_eq!(health.status(), 200);
+    let ready = app.get("/readyz").await;
+    assert_eq!(ready.status(), 200);
+    let body: serde_json::Value = ready.json().await.unwrap();
+    assert_eq!(body["status"], "ready");
+    assert_eq!(
+        body["checks"].as_array().unwrap().len(),
+        1,
+        "no redis check in embedded mode"
+    );
+}
+
+#[tokio::test]
+async fn readyz_names_redis_while_it_is_down_and_recovers_when_it_is_back() {
+    let mut redis = RedisServer::start();
+    let mut config = Config::embedded(tempfile::tempdir().unwrap().path().to_path_buf());
+    config.database_url = Some(shared_postgres().fresh_database().await);
+    config.redis_url = Some(redis.url());
+    let app = spawn_app(config).await;
+    assert_eq!(app.get("/readyz").await.status(), 200);
+
+    redis.stop();
+    let down = app.get("/readyz").await;
+    assert_eq!(down.status(), 503);
+    let body: serde_json::Value = down.json().await.unwrap();
+    assert_eq!(body["down"], serde_json::json!(["redis"]), "{body}");
+    let redis_check = body["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "redis")
+        .unwrap();
+    assert_eq!(redis_check["ok"], false);
+    assert!(redis_check["error"].as_str().is_some_and(|e| !e.is_empty()));
+    // Liveness does not depend on Redis.
+    assert_eq!(app.get("/healthz").await.status(), 200);
+
+    redis.restart();
+    let mut last = 0;
+    for _ in 0..50 {
+        last = app.get("/readyz").await.status().as_u16();
+        if last == 200 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        last, 200,
+        "readyz did not recover within 5 s of Redis coming back"
+    );
+}
+
+#[tokio::test]
+async fn readyz_names_the_database_while_postgres_is_down() {
+    let postgres = crate::services::PostgresServer::start();
+    let mut config = Config::embedded(tempfile::tempdir().unwrap().path().to_path_buf());
+    config.database_url = Some(postgres.url("postgres"));
+    let app = spawn_app(config).await;
+    assert_eq!(app.get("/readyz").await.status(), 200);
+    postgres.stop();
+    let down = app.get("/readyz").await;
+    assert_eq!(down.status(), 503);
+    let body: serde_json::Value = down.json().await.unwrap();
+    assert_eq!(body["down"], serde_json::json!(["database"]), "{body}");
+
+    postgres.restart();
+    let mut last = 0;
+    for _ in 0..50 {
+        last = app.get("/readyz").await.status().as_u16();
+        if last == 200 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        last, 200,
+        "readyz did not recover within 5 s of PostgreSQL coming back"
+    );
+}
+
+#[tokio::test]
+async fn distributed_instance_runs_on_postgres_and_a_redis_cluster() {
+    let cluster = tokio::task::spawn_blocking(RedisCluster::start)
+        .await
+        .unwrap();
+    let mut config = Config::embedded(tempfile::tempdir().unwrap().path().to_path_buf());
+    config.database_url = Some(shared_postgres().fresh_database().await);
+    config.redis_cluster_nodes = cluster.urls();
+    let app = spawn_app(config).await;
+    let ready = app.get("/readyz").await;
+    assert_eq!(ready.status(), 200);
+    let status: serde_json::Value = app
+        .client
+        .post(app.url("/api/status"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(status["mode"], "distributed");
+    assert_eq!(status["database"], "postgres");
+    assert_eq!(status["limiter"], "redis-cluster");
+    assert_eq!(status["down"], serde_json::json!([]));
+}
+
+#[tokio::test]
+async fn a_wrong_redis_url_stops_start_up_with_a_clear_error() {
+    let (mut config, _dir) = embedded_config();
+    // A port nothing listens on.
+    config.redis_url = Some(format!(
+        "redis://127.0.0.1:{}",
+        crate::services::free_port(false)
+    ));
+    let err = match sluice::startup::Application::build(config).await {
+        Ok(_) => panic!("start-up must fail"),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(err.contains("REDIS_URL"), "{err}");
+}
+
+#[tokio::test]
+async fn the_console_page_is_server_rendered_with_its_hydration_script() {
+    let app = spawn_embedded().await;
+    let page = app.get("/").await;
+    assert_eq!(page.status(), 200);
+    assert!(page.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/html"));
+    let html = page.text().await.unwrap();
+    assert!(html.contains("Sluice console"), "{html}");
+    // The status widget is rendered on the server, before any script runs.
+    assert!(html.contains(r#"data-testid="status-mode""#), "{html}");
+    assert!(html.contains(">embedded<"), "{html}");
+    assert!(html.contains("/pkg/sluice.js"), "{html}");
+    assert!(
+        html.contains("/pkg/sluice.wasm"),
+        "the page must load sluice.wasm: {html}"
+    );
+    assert!(html.contains("/pkg/sluice.css"), "{html}");
+
+    let sign_in = app.get("/sign-in").await;
+    assert_eq!(sign_in.status(), 200);
+    assert!(sign_in
+        .text()
+        .await
+        .unwrap()
+        .contains(r#"autocomplete="current-password""#));
+
+    let missing = app.get("/no/such/page").await;
+    assert_eq!(missing.status(), 404);
+}
+
+#[tokio::test]
+async fn the_status_server_function_answers_json() {
+    let app = spawn_embedded().await;
+    let response = app
+        .client
+        .post(app.url("/api/status"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let status: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(status["mode"], "embedded");
+    assert_eq!(status["database"], "sqlite");
+    assert_eq!(status["limiter"], "in-process");
+    assert!(status["checked_at_ms"].as_i64().unwrap() > 1_700_000_000_000);
+}
+
+#[tokio::test]
+async fn metrics_count_requests_by_route_template() {
+    let app = spawn_embedded().await;
+    for _ in 0..3 {
+        app.get("/healthz").await;
+    }
+    let metrics = app.get("/metrics").await;
+    assert_eq!(metrics.status(), 200);
+    let text = metrics.text().await.unwrap();
+    assert!(text.contains("sluice_build_info{"), "{text}");
+    assert!(text.contains(r#"mode="embedded""#), "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("sluice_http_requests_total{") && l.contains(r#"route="/healthz""#))
+        .unwrap_or_else(|| panic!("no healthz counter in {text}"));
+    assert!(line.ends_with(" 3"), "{line}");
+}
+
+#[tokio::test]
+async fn metrics_can_have_their_own_listener() {
+    let (mut config, dir) = embedded_config();
+    config.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
+    let app = spawn_app(config).await;
+    let metrics_address = app.metrics_address.expect("a metrics listener");
+    let text = app
+        .client
+        .get(format!("http://{metrics_address}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(text.contains("sluice_build_info"), "{text}");
+    drop(dir);
+}

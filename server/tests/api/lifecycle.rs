@@ -1,0 +1,85 @@
+//! The real `sluice` binary: it starts with no environment, prints its URL, and stops
+//! gracefully on SIGTERM and SIGINT.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+fn start_binary(data_dir: &std::path::Path) -> (std::process::Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("SLUICE_LISTEN", "127.0.0.1:0")
+        .env("SLUICE_DATA_DIR", data_dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the sluice binary");
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    let url = loop {
+        let line = lines.next().expect("the server printed its URL").unwrap();
+        if let Some(rest) = line.trim().strip_prefix("Sluice is running at ") {
+            break rest.trim().to_owned();
+        }
+    };
+    // Keep draining stdout so the server never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    (child, url)
+}
+
+fn signal(child: &std::process::Child, name: &str) {
+    let status = Command::new("kill")
+        .args(["-s", name, &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+fn wait_exit(child: &mut std::process::Child) -> std::process::ExitStatus {
+    for _ in 0..100 {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    panic!("the server did not stop within 5 s");
+}
+
+#[tokio::test]
+async fn the_binary_serves_with_no_environment_and_stops_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, url) = start_binary(dir.path());
+    let health = reqwest::get(format!("{url}healthz")).await.unwrap();
+    assert_eq!(health.status(), 200);
+    assert!(
+        dir.path().join("sluice.db").exists(),
+        "the SQLite file is in SLUICE_DATA_DIR"
+    );
+    signal(&child, "TERM");
+    assert!(wait_exit(&mut child).success());
+}
+
+#[tokio::test]
+async fn the_binary_stops_on_sigint() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, url) = start_binary(dir.path());
+    assert_eq!(
+        reqwest::get(format!("{url}readyz")).await.unwrap().status(),
+        200
+    );
+    signal(&child, "INT");
+    assert!(wait_exit(&mut child).success());
+}
+
+#[tokio::test]
+async fn graceful_shutdown_ends_the_serve_loop() {
+    let app = crate::helpers::spawn_embedded().await;
+    assert_eq!(app.get("/healthz").await.status(), 200);
+    let address = app.address;
+    app.shutdown().await.unwrap();
+    assert!(reqwest::get(format!("http://{address}/healthz"))
+        .await
+        .is_err());
+}

@@ -1,0 +1,14 @@
+//! The server's integration tests: one binary, real services.
+//!
+//! Every test that needs Redis, a Redis Cluster or PostgreSQL starts a private one through
+//! [`services`]; a missing binary fails the test with the install hint, never skips it.
+
+#![allow(clippy::unwrap_used, clippy::print_stderr)]
+
+mod helpers;
+mod services;
+
+mod harness;
+mod health;
+mod lifecycle;
+mod store;
