@@ -1,11 +1,11 @@
 //! The Sluice console: a Leptos app rendered on the server and hydrated in the browser.
 //!
 //! It is organised by feature; each feature folder holds its DTOs, server functions and views:
-//! - [`status`]: the instance status widget (mode, store, limiter, readiness);
-//! - [`auth`]: sign-in.
+//! - [`status`] (the instance status widget: mode, store, limiter, readiness);
+//! - [`auth`] (sign-in).
 //!
 //! Shared pieces:
-//! - [`error`]: [`AppError`], the one error type every server function returns;
+//! - [`error`] — [`AppError`], the one error type every server function returns;
 //! - [`port`] (server only): the [`port::Console`] service trait the server functions call.
 //!   The `server` crate implements it; this crate holds no SQL and no Redis code;
 //! - [`shell`] and [`App`]: the HTML document and the router.

@@ -8,7 +8,7 @@ export const artifactsDir = join(__dirname, '..', 'artifacts');
 
 type Fixtures = {
   browserErrors: string[];
-  screenshot: (name: string) => Promise<void>;
+  saveScreenshot: (name: string) => Promise<void>;
 };
 
 export const test = base.extend<Fixtures>({
@@ -21,7 +21,7 @@ export const test = base.extend<Fixtures>({
     await use(errors);
     expect(errors, 'the browser reported errors').toEqual([]);
   },
-  screenshot: async ({ page }, use) => {
+  saveScreenshot: async ({ page }, use) => {
     mkdirSync(artifactsDir, { recursive: true });
     await use(async (name: string) => {
       await page.screenshot({ path: join(artifactsDir, `${name}.png`), fullPage: true });

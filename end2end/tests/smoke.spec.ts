@@ -3,7 +3,7 @@ import { test, expect, waitForHydration } from './fixtures';
 test('the console page is server-rendered, hydrates, and a server function round-trips', async ({
   page,
   browserErrors,
-  screenshot,
+  saveScreenshot,
 }) => {
   // With JavaScript's effects not yet run, the server-rendered HTML already has the status.
   const response = await page.goto('/');
@@ -13,7 +13,7 @@ test('the console page is server-rendered, hydrates, and a server function round
 
   await waitForHydration(page);
   await expect(page.getByTestId('hydration')).toHaveText('live');
-  const firstReading = await page.getByTestId('status-checked-at').textContent();
+  const firstReading = await page.getByTestId('status-checked-at').getAttribute('data-ms');
 
   // A click only works once hydrated; it calls the server function over HTTP.
   const [request] = await Promise.all([
@@ -25,16 +25,18 @@ test('the console page is server-rendered, hydrates, and a server function round
   const body = await reply!.json();
   expect(body.mode).toBe('embedded');
   await expect(page.getByTestId('status-checks')).toHaveText('readings: 2');
-  await expect(page.getByTestId('status-checked-at')).not.toHaveText(firstReading ?? '');
-  await expect(page.getByTestId('status-checked-at')).toHaveText(String(body.checked_at_ms));
-  await screenshot('home');
+  // The page now shows exactly the reading that this round trip returned.
+  await expect(page.getByTestId('status-checked-at')).toHaveAttribute('data-ms', String(body.checked_at_ms));
+  expect(String(body.checked_at_ms)).not.toBe(firstReading);
+  await expect(page.getByTestId('status-checked-at')).toHaveText(/^\d\d:\d\d:\d\d\.\d{3} UTC$/);
+  await saveScreenshot('home');
   expect(browserErrors).toEqual([]);
 });
 
 test('navigation between pages happens in the browser after hydration', async ({
   page,
   browserErrors,
-  screenshot,
+  saveScreenshot,
 }) => {
   await page.goto('/');
   await waitForHydration(page);
@@ -46,6 +48,6 @@ test('navigation between pages happens in the browser after hydration', async ({
   const marker = await page.evaluate(() => (window as unknown as { sluiceMarker?: number }).sluiceMarker);
   expect(marker).toBe(42);
   await expect(page.getByLabel('Email')).toBeVisible();
-  await screenshot('sign-in');
+  await saveScreenshot('sign-in');
   expect(browserErrors).toEqual([]);
 });

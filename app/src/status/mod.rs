@@ -31,14 +31,19 @@ pub async fn get_status() -> Result<Status, AppError> {
 /// Shows the status and refreshes it on request.
 #[component]
 pub fn StatusWidget() -> impl IntoView {
-    let refresh = Action::new(|_: &()| get_status());
-    let status = Resource::new(move || refresh.version().get(), |_| get_status());
-    let checks = move || refresh.version().get() + 1;
+    // Read on the server during rendering; the browser reuses that reading when it hydrates
+    // and only calls the server function again when asked to.
+    let status = Resource::new(|| (), |()| get_status());
+    let (readings, set_readings) = signal(1_u32);
+    let (pending, set_pending) = signal(false);
 
     view! {
         <section class="card status" aria-labelledby="status-title">
             <h2 id="status-title">"Instance"</h2>
-            <Transition fallback=|| view! { <p class="muted">"Reading status…"</p> }>
+            <Transition
+                fallback=|| view! { <p class="muted">"Reading status…"</p> }
+                set_pending=set_pending
+            >
                 {move || status.get().map(|reading| match reading {
                     Ok(s) => view! { <StatusTable status=s/> }.into_any(),
                     Err(e) => view! {
@@ -50,12 +55,17 @@ pub fn StatusWidget() -> impl IntoView {
                 <button
                     type="button"
                     data-testid="refresh-status"
-                    disabled=move || refresh.pending().get()
-                    on:click=move |_| { refresh.dispatch(()); }
+                    disabled=move || pending.get()
+                    on:click=move |_| {
+                        set_readings.update(|n| *n += 1);
+                        status.refetch();
+                    }
                 >
                     "Check again"
                 </button>
-                <span class="muted" data-testid="status-checks">{move || format!("readings: {}", checks())}</span>
+                <span class="muted" data-testid="status-checks">
+                    {move || format!("readings: {}", readings.get())}
+                </span>
             </p>
         </section>
     }
@@ -76,8 +86,36 @@ fn StatusTable(status: Status) -> impl IntoView {
             <dt>"Limiter"</dt><dd data-testid="status-limiter">{status.limiter}</dd>
             <dt>"Readiness"</dt>
             <dd data-testid="status-ready" class:ok=ready class:bad=!ready>{readiness}</dd>
-            <dt>"Checked at"</dt><dd data-testid="status-checked-at">{status.checked_at_ms}</dd>
+            <dt>"Checked at"</dt>
+            <dd data-testid="status-checked-at" data-ms=status.checked_at_ms>
+                {utc_time_of_day(status.checked_at_ms)}
+            </dd>
             <dt>"Version"</dt><dd>{status.version}</dd>
         </dl>
+    }
+}
+
+/// `HH:MM:SS.mmm UTC` for a Unix time in milliseconds.
+fn utc_time_of_day(ms: i64) -> String {
+    let in_day = ms.rem_euclid(86_400_000);
+    let (h, m, s, milli) = (
+        in_day / 3_600_000,
+        in_day / 60_000 % 60,
+        in_day / 1000 % 60,
+        in_day % 1000,
+    );
+    format!("{h:02}:{m:02}:{s:02}.{milli:03} UTC")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::utc_time_of_day;
+
+    #[test]
+    fn times_of_day_are_formatted_in_utc() {
+        assert_eq!(utc_time_of_day(0), "00:00:00.000 UTC");
+        // 2026-11-30T00:41:23.456Z
+        assert_eq!(utc_time_of_day(1_795_999_283_456), "00:41:23.456 UTC");
+        assert_eq!(utc_time_of_day(86_399_999), "23:59:59.999 UTC");
     }
 }
