@@ -2,7 +2,8 @@
 //!
 //! It is organised by feature; each feature folder holds its DTOs, server functions and views:
 //! - [`status`] (the instance status widget: mode, store, limiter, readiness);
-//! - [`auth`] (sign-in).
+//! - [`auth`] (sign-in);
+//! - [`rules`] (limit specs, their validation, and the reference model of every algorithm).
 //!
 //! Shared pieces:
 //! - [`error`] — [`AppError`], the one error type every server function returns;
@@ -15,6 +16,7 @@ pub mod error;
 #[cfg(feature = "ssr")]
 pub mod port;
 mod root;
+pub mod rules;
 pub mod status;
 
 pub use error::AppError;

@@ -64,6 +64,11 @@ pub struct Config {
     #[arg(long, env = "SLUICE_REDIS_TIMEOUT_MS", default_value_t = 250)]
     pub redis_timeout_ms: u64,
 
+    /// Multiplexed Redis connections per instance. One connection carries many concurrent
+    /// checks; a few spread the load over Redis's I/O and the client's tasks.
+    #[arg(long, env = "SLUICE_REDIS_CONNECTIONS", default_value_t = 4)]
+    pub redis_connections: usize,
+
     /// Log format: `text` for people, `json` for log pipelines.
     #[arg(long, env = "SLUICE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -100,6 +105,7 @@ impl Config {
             redis_url: None,
             redis_cluster_nodes: Vec::new(),
             redis_timeout_ms: 250,
+            redis_connections: 4,
             log_format: LogFormat::Text,
             site_root: PathBuf::from("target/site"),
         }

@@ -43,7 +43,7 @@ pub async fn probe(db: &Db, limiter: &Limiter) -> Readiness {
     let (database, redis) =
         tokio::join!(check("database", db.ping()), check("redis", limiter.ping()));
     let mut checks = vec![database];
-    if !matches!(limiter, Limiter::InProcess) {
+    if !matches!(limiter, Limiter::InProcess(_)) {
         checks.push(redis);
     }
     let down: Vec<&'static str> = checks.iter().filter(|c| !c.ok).map(|c| c.name).collect();

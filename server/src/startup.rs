@@ -16,7 +16,7 @@ use tokio::net::TcpListener;
 
 use crate::config::Config;
 use crate::console::ConsoleService;
-use crate::limiter::Limiter;
+use crate::limiter::{Limiter, RedisOptions};
 use crate::metrics::{self, Metrics};
 use crate::store::Db;
 use crate::{health, telemetry};
@@ -91,8 +91,11 @@ impl Application {
             format!("cannot migrate the database at {}", redacted(&database_url))
         })?;
 
-        let timeout = Duration::from_millis(config.redis_timeout_ms);
-        let limiter = Limiter::connect(&config.limiter_target(), timeout)
+        let options = RedisOptions {
+            timeout: Duration::from_millis(config.redis_timeout_ms),
+            connections: config.redis_connections,
+        };
+        let limiter = Limiter::connect(&config.limiter_target(), options)
             .await
             .context(
                 "cannot reach Redis: check REDIS_URL / REDIS_CLUSTER_NODES and that Redis is up",

@@ -1,18 +1,35 @@
-//! The Redis backend: one multiplexed connection to a server, or a cluster connection that
-//! routes each command to the master owning its slot. Every command has a deadline.
+//! The Redis backend: a few multiplexed connections to one server, or cluster connections
+//! that route each command to the master owning its slot. Every command has a deadline.
+//!
+//! A check is one `EVALSHA` of `lua/check.lua`. After a Redis restart or `SCRIPT FLUSH` the
+//! server answers `NOSCRIPT`; the check is then sent once more as `EVAL` with the source,
+//! which also reloads the script, so the caller never sees the error.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
+use app::rules::model::{Decision, Verdict};
+use app::rules::Algorithm;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
+use redis::Value;
 
-use super::{BackendKind, LimiterError};
+use super::{
+    keys, BackendKind, CheckOutcome, CheckRequest, LimiterError, RedisOptions, REQUEST_ID_TTL,
+};
 
-/// A connection to Redis that survives restarts of the server: it reconnects on its own.
+/// The check script, hashed once.
+static CHECK: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(CHECK_SOURCE));
+const CHECK_SOURCE: &str = include_str!("../../../lua/check.lua");
+
+/// A pool of connections to Redis that survive restarts of the server: each reconnects on
+/// its own.
 #[derive(Clone)]
 pub struct RedisBackend {
-    conn: Conn,
+    conns: Arc<[Conn]>,
+    next: Arc<AtomicUsize>,
     timeout: Duration,
 }
 
@@ -26,6 +43,7 @@ impl std::fmt::Debug for RedisBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisBackend")
             .field("kind", &self.kind())
+            .field("connections", &self.conns.len())
             .field("timeout", &self.timeout)
             .finish()
     }
@@ -33,50 +51,85 @@ impl std::fmt::Debug for RedisBackend {
 
 impl RedisBackend {
     /// Connects to one Redis server.
-    pub async fn single(url: &str, timeout: Duration) -> Result<Self, LimiterError> {
+    pub async fn single(url: &str, options: RedisOptions) -> Result<Self, LimiterError> {
         let client = redis::Client::open(url)?;
         let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(timeout)
-            .set_response_timeout(timeout)
+            .set_connection_timeout(options.timeout)
+            .set_response_timeout(options.timeout)
             .set_number_of_retries(1);
-        let manager = within(
-            timeout * 4,
-            ConnectionManager::new_with_config(client, config),
-        )
-        .await?;
-        Ok(Self {
-            conn: Conn::Single(manager),
-            timeout,
-        })
+        let mut conns = Vec::with_capacity(options.connections.max(1));
+        for _ in 0..options.connections.max(1) {
+            let manager = within(
+                options.timeout * 4,
+                ConnectionManager::new_with_config(client.clone(), config.clone()),
+            )
+            .await?;
+            conns.push(Conn::Single(manager));
+        }
+        Ok(Self::from_conns(conns, options.timeout))
     }
 
     /// Connects to a Redis Cluster through any of its seed nodes.
-    pub async fn cluster(nodes: &[String], timeout: Duration) -> Result<Self, LimiterError> {
+    pub async fn cluster(nodes: &[String], options: RedisOptions) -> Result<Self, LimiterError> {
         let client = ClusterClientBuilder::new(nodes.to_vec())
-            .connection_timeout(timeout)
-            .response_timeout(timeout)
+            .connection_timeout(options.timeout)
+            .response_timeout(options.timeout)
             .retries(1)
             .build()?;
-        let conn = within(timeout * 4, client.get_async_connection()).await?;
-        Ok(Self {
-            conn: Conn::Cluster(conn),
-            timeout,
-        })
+        let mut conns = Vec::with_capacity(options.connections.max(1));
+        for _ in 0..options.connections.max(1) {
+            conns.push(Conn::Cluster(
+                within(options.timeout * 4, client.get_async_connection()).await?,
+            ));
+        }
+        Ok(Self::from_conns(conns, options.timeout))
     }
 
-    pub fn kind(&self) -> BackendKind {
-        match self.conn {
-            Conn::Single(_) => BackendKind::Redis,
-            Conn::Cluster(_) => BackendKind::RedisCluster,
+    fn from_conns(conns: Vec<Conn>, timeout: Duration) -> Self {
+        Self {
+            conns: conns.into(),
+            next: Arc::new(AtomicUsize::new(0)),
+            timeout,
         }
     }
 
-    /// Sends one command and waits at most the configured deadline for its reply.
+    pub fn kind(&self) -> BackendKind {
+        match self.conns.first() {
+            Some(Conn::Cluster(_)) => BackendKind::RedisCluster,
+            _ => BackendKind::Redis,
+        }
+    }
+
+    /// Sends one command on the next connection of the pool and waits at most the
+    /// configured deadline for its reply.
+    ///
+    /// When the connection turns out to be dead (Redis restarted, the socket was reset) the
+    /// connection manager reconnects and the command is sent once more. That second send can
+    /// double a consumption only if the first reached Redis and its reply was lost with the
+    /// connection, which is rare and errs by one request; surfacing every restart as a
+    /// failed check would be worse.
     pub async fn query<T: redis::FromRedisValue>(
         &self,
         cmd: &redis::Cmd,
     ) -> Result<T, LimiterError> {
-        match &self.conn {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len();
+        let result = self.query_on(i, cmd).await;
+        match &result {
+            Err(LimiterError::Redis { source, .. })
+                if source.is_connection_dropped() || source.is_io_error() =>
+            {
+                self.query_on(i, cmd).await
+            }
+            _ => result,
+        }
+    }
+
+    async fn query_on<T: redis::FromRedisValue>(
+        &self,
+        i: usize,
+        cmd: &redis::Cmd,
+    ) -> Result<T, LimiterError> {
+        match &self.conns[i] {
             Conn::Single(conn) => within(self.timeout, cmd.query_async(&mut conn.clone())).await,
             Conn::Cluster(conn) => within(self.timeout, cmd.query_async(&mut conn.clone())).await,
         }
@@ -86,6 +139,118 @@ impl RedisBackend {
         let _: String = self.query(&redis::cmd("PING")).await?;
         Ok(())
     }
+
+    /// Runs the check script: `EVALSHA`, or `EVAL` when Redis has lost the script.
+    pub async fn check(&self, request: &CheckRequest) -> Result<CheckOutcome, LimiterError> {
+        let mut evalsha = redis::cmd("EVALSHA");
+        evalsha.arg(CHECK.get_hash());
+        add_script_args(&mut evalsha, request);
+        let reply: Value = match self.query(&evalsha).await {
+            Err(LimiterError::Redis { source, .. })
+                if source.kind() == redis::ErrorKind::NoScriptError =>
+            {
+                let mut eval = redis::cmd("EVAL");
+                eval.arg(CHECK_SOURCE);
+                add_script_args(&mut eval, request);
+                self.query(&eval).await?
+            }
+            other => other?,
+        };
+        parse_reply(reply, request)
+    }
+}
+
+/// The SHA1 of the check script, as `SCRIPT EXISTS` and `EVALSHA` name it.
+pub fn check_script_sha() -> &'static str {
+    CHECK.get_hash()
+}
+
+fn algorithm_code(algorithm: Algorithm) -> u8 {
+    match algorithm {
+        Algorithm::TokenBucket => 1,
+        Algorithm::Gcra => 2,
+        Algorithm::LeakyBucket => 3,
+        Algorithm::FixedWindow => 4,
+        Algorithm::SlidingWindow => 5,
+        Algorithm::SlidingLog => 6,
+    }
+}
+
+/// `numkeys KEYS… ARGV…` as documented in the script's header.
+fn add_script_args(cmd: &mut redis::Cmd, request: &CheckRequest) {
+    let n = request.rules.len();
+    let reply_key = keys::request(&request.tenant, request.request_id.as_deref().unwrap_or(""));
+    cmd.arg(n + 1);
+    for rule in &request.rules {
+        cmd.arg(&rule.key);
+    }
+    cmd.arg(reply_key);
+    match request.now_ms {
+        Some(now) => cmd.arg(now),
+        None => cmd.arg(""),
+    };
+    let dedup_ttl = if request.request_id.is_some() {
+        REQUEST_ID_TTL.as_millis() as u64
+    } else {
+        0
+    };
+    cmd.arg(dedup_ttl).arg(n);
+    for rule in &request.rules {
+        cmd.arg(algorithm_code(rule.spec.algorithm))
+            .arg(rule.spec.limit)
+            .arg(rule.spec.period_ms)
+            .arg(rule.spec.capacity())
+            .arg(rule.cost)
+            .arg(u8::from(rule.spec.penalty))
+            .arg(u8::from(rule.shadow));
+    }
+}
+
+fn parse_reply(reply: Value, request: &CheckRequest) -> Result<CheckOutcome, LimiterError> {
+    let bad = |what: &str| LimiterError::Protocol(what.to_owned());
+    let Value::Array(items) = reply else {
+        return Err(bad("not an array"));
+    };
+    let n = request.rules.len();
+    if items.len() != 3 + 4 * n {
+        return Err(bad(&format!("{} items for {n} rules", items.len())));
+    }
+    let int = |v: &Value| match v {
+        Value::Int(i) => Ok(*i),
+        _ => Err(bad("expected an integer")),
+    };
+    let float = |v: &Value| match v {
+        Value::BulkString(bytes) => std::str::from_utf8(bytes)
+            .ok()
+            .and_then(|s| s.parse::<f64>().ok())
+            .ok_or_else(|| bad("expected a number")),
+        _ => Err(bad("expected a string")),
+    };
+    let mut decisions = Vec::with_capacity(n);
+    for (i, rule) in request.rules.iter().enumerate() {
+        let at = 3 + 4 * i;
+        let verdict = match int(&items[at])? {
+            1 => Verdict::Allow,
+            0 => Verdict::Deny,
+            -1 => Verdict::NeverFits,
+            other => return Err(bad(&format!("verdict {other}"))),
+        };
+        decisions.push(Decision {
+            verdict,
+            limit: rule.spec.limit,
+            remaining: float(&items[at + 1])?,
+            reset_after_ms: u64::try_from(int(&items[at + 2])?)
+                .map_err(|_| bad("negative reset"))?,
+            retry_after_ms: u64::try_from(int(&items[at + 3])?)
+                .map_err(|_| bad("negative retry"))?,
+        });
+    }
+    Ok(CheckOutcome {
+        deduplicated: int(&items[0])? == 1,
+        now_ms: int(&items[1])?,
+        allowed: int(&items[2])? == 1,
+        decisions,
+    })
 }
 
 /// Awaits `fut` for at most `deadline`.

@@ -11,4 +11,5 @@ mod services;
 mod harness;
 mod health;
 mod lifecycle;
+mod limiter;
 mod store;

@@ -1,0 +1,743 @@
+//! The reference model of every algorithm: pure functions of (spec, state, now, cost).
+//!
+//! `lua/check.lua` implements the same arithmetic for Redis, operation for operation, in IEEE
+//! doubles; the differential tests hold the two to identical answers. That is why the state
+//! here is `f64` throughout and why expressions are written in the script's order. The
+//! in-process limiter and the console's behaviour preview run this model directly.
+//!
+//! Conventions shared by every algorithm:
+//! - time is integer milliseconds; a state remembers the latest time it saw (`ts`) and an
+//!   earlier `now` is clamped to it, so time going backwards never creates capacity;
+//! - a denial changes nothing unless the spec has `penalty`, in which case it consumes what
+//!   is left, never more (capacity never goes below zero);
+//! - a cost larger than the capacity can never be admitted and gets [`Verdict::NeverFits`];
+//! - `ttl_ms` is how long the stored state matters: after it the key can expire, and a missing
+//!   key is the full state, which is what the state would have refilled to anyway.
+
+use std::collections::VecDeque;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Algorithm, LimitSpec};
+
+/// Extra lifetime given to every stored key beyond the time it takes to refill.
+pub const TTL_MARGIN_MS: f64 = 1000.0;
+/// Continuous refill is computed in doubles, so a bucket that has mathematically refilled
+/// to exactly `cost` can read a few ulps short. Comparisons accept this much (in units of
+/// one request), so that waiting `retry_after` is always enough.
+pub const EPSILON: f64 = 1e-9;
+
+/// What one rule says about one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Allow,
+    Deny,
+    /// The cost exceeds the capacity: no amount of waiting helps.
+    NeverFits,
+}
+
+/// The decision of one rule.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Decision {
+    pub verdict: Verdict,
+    /// The rule's `limit` (for headers).
+    pub limit: u64,
+    /// Capacity left after this request, possibly fractional (bucket algorithms refill
+    /// continuously).
+    pub remaining: f64,
+    /// Milliseconds until the key is back to its full capacity.
+    pub reset_after_ms: u64,
+    /// Milliseconds until the same request could be admitted; 0 when admitted or never.
+    pub retry_after_ms: u64,
+}
+
+impl Decision {
+    pub fn allowed(&self) -> bool {
+        self.verdict == Verdict::Allow
+    }
+}
+
+/// The stored state of one key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum State {
+    TokenBucket {
+        tokens: f64,
+        ts: f64,
+    },
+    /// GCRA's theoretical arrival time, kept relative to `ts` (`backlog = TAT - ts`): it is
+    /// a few milliseconds, where an absolute TAT near 1.8e12 ms would lose precision.
+    Gcra {
+        backlog: f64,
+        ts: f64,
+    },
+    LeakyBucket {
+        level: f64,
+        ts: f64,
+    },
+    FixedWindow {
+        count: f64,
+        window: f64,
+        ts: f64,
+    },
+    SlidingWindow {
+        prev: f64,
+        cur: f64,
+        window: f64,
+        ts: f64,
+    },
+    /// Admitted requests as (time, cost), oldest first. The newest entry's time is the
+    /// latest time the state saw: every write adds an entry at `now`.
+    SlidingLog {
+        entries: VecDeque<(f64, f64)>,
+    },
+}
+
+/// One rule's evaluation: its decision and the state to store in each outcome.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Evaluation {
+    pub decision: Decision,
+    /// The state to store if the request is admitted (only when the decision allows).
+    pub admitted: Option<State>,
+    /// The state to store if the request is denied: `Some` only with `penalty`.
+    pub penalized: Option<State>,
+    /// How long a written state must live.
+    pub ttl_ms: u64,
+}
+
+fn whole_ms(x: f64) -> u64 {
+    // Saturating float-to-int conversion; every caller passes a non-negative value.
+    x.max(0.0).ceil() as u64
+}
+
+/// Evaluates one rule for one request at `now` (ms), without changing anything.
+pub fn evaluate(spec: &LimitSpec, state: Option<&State>, now: i64, cost: u64) -> Evaluation {
+    let l = spec.limit as f64;
+    let p = spec.period_ms as f64;
+    let b = spec.capacity() as f64;
+    let c = cost as f64;
+    let now = now as f64;
+    let mut eval = match spec.algorithm {
+        Algorithm::TokenBucket => token_bucket(l, p, b, c, state, now, spec.penalty),
+        Algorithm::Gcra => gcra(l, p, b, c, state, now, spec.penalty),
+        Algorithm::LeakyBucket => leaky_bucket(l, p, b, c, state, now, spec.penalty),
+        Algorithm::FixedWindow => fixed_window(l, p, c, state, now, spec.penalty),
+        Algorithm::SlidingWindow => sliding_window(l, p, c, state, now, spec.penalty),
+        Algorithm::SlidingLog => sliding_log(l, p, c, state, now, spec.penalty),
+    };
+    eval.decision.limit = spec.limit;
+    eval
+}
+
+fn decision(verdict: Verdict, remaining: f64, reset: f64, retry: f64) -> Decision {
+    Decision {
+        verdict,
+        limit: 0,
+        remaining,
+        reset_after_ms: whole_ms(reset),
+        retry_after_ms: if verdict == Verdict::Deny {
+            whole_ms(retry).max(1)
+        } else {
+            0
+        },
+    }
+}
+
+fn token_bucket(
+    l: f64,
+    p: f64,
+    b: f64,
+    c: f64,
+    state: Option<&State>,
+    now: f64,
+    penalty: bool,
+) -> Evaluation {
+    let (mut tokens, ts) = match state {
+        Some(State::TokenBucket { tokens, ts }) => (*tokens, *ts),
+        _ => (b, now),
+    };
+    let now = now.max(ts);
+    tokens = b.min(tokens + (now - ts) * l / p);
+    let ttl_ms = whole_ms(b * p / l + TTL_MARGIN_MS);
+    if c > b {
+        let d = decision(Verdict::NeverFits, tokens, (b - tokens) * p / l, 0.0);
+        return Evaluation {
+            decision: d,
+            admitted: None,
+            penalized: None,
+            ttl_ms,
+        };
+    }
+    if tokens + EPSILON >= c {
+        let left = 0.0_f64.max(tokens - c);
+        let d = decision(Verdict::Allow, left, (b - left) * p / l, 0.0);
+        let admitted = Some(State::TokenBucket {
+            tokens: left,
+            ts: now,
+        });
+        return Evaluation {
+            decision: d,
+            admitted,
+            penalized: None,
+            ttl_ms,
+        };
+    }
+    if penalty {
+        tokens = 0.0_f64.max(tokens - c);
+    }
+    let d = decision(
+        Verdict::Deny,
+        tokens,
+        (b - tokens) * p / l,
+        (c - tokens) * p / l,
+    );
+    let penalized = penalty.then_some(State::TokenBucket { tokens, ts: now });
+    Evaluation {
+        decision: d,
+        admitted: None,
+        penalized,
+        ttl_ms,
+    }
+}
+
+fn gcra(
+    l: f64,
+    p: f64,
+    b: f64,
+    c: f64,
+    state: Option<&State>,
+    now: f64,
+    penalty: bool,
+) -> Evaluation {
+    let t = p / l;
+    let tau = b * t;
+    let (backlog, ts) = match state {
+        Some(State::Gcra { backlog, ts }) => (*backlog, *ts),
+        _ => (0.0, now),
+    };
+    let now = now.max(ts);
+    let mut backlog = 0.0_f64.max(backlog - (now - ts));
+    let ttl_ms = whole_ms(tau + TTL_MARGIN_MS);
+    if c > b {
+        let d = decision(
+            Verdict::NeverFits,
+            0.0_f64.max((tau - backlog) / t),
+            backlog,
+            0.0,
+        );
+        return Evaluation {
+            decision: d,
+            admitted: None,
+            penalized: None,
+            ttl_ms,
+        };
+    }
+    let after = backlog + c * t;
+    if after <= tau + EPSILON * t {
+        let d = decision(Verdict::Allow, 0.0_f64.max((tau - after) / t), after, 0.0);
+        let admitted = Some(State::Gcra {
+            backlog: after,
+            ts: now,
+        });
+        return Evaluation {
+            decision: d,
+            admitted,
+            penalized: None,
+            ttl_ms,
+        };
+    }
+    if penalty {
+        backlog = after.min(tau);
+    }
+    let d = decision(
+        Verdict::Deny,
+        0.0_f64.max((tau - backlog) / t),
+        backlog,
+        backlog + c * t - tau,
+    );
+    let penalized = penalty.then_some(State::Gcra { backlog, ts: now });
+    Evaluation {
+        decision: d,
+        admitted: None,
+        penalized,
+        ttl_ms,
+    }
+}
+
+fn leaky_bucket(
+    l: f64,
+    p: f64,
+    b: f64,
+    c: f64,
+    state: Option<&State>,
+    now: f64,
+    penalty: bool,
+) -> Evaluation {
+    let (mut level, ts) = match state {
+        Some(State::LeakyBucket { level, ts }) => (*level, *ts),
+        _ => (0.0, now),
+    };
+    let now = now.max(ts);
+    level = 0.0_f64.max(level - (now - ts) * l / p);
+    let ttl_ms = whole_ms(b * p / l + TTL_MARGIN_MS);
+    if c > b {
+        let d = decision(Verdict::NeverFits, b - level, level * p / l, 0.0);
+        return Evaluation {
+            decision: d,
+            admitted: None,
+            penalized: None,
+            ttl_ms,
+        };
+    }
+    if level + c <= b + EPSILON {
+        let filled = b.min(level + c);
+        let d = decision(Verdict::Allow, b - filled, filled * p / l, 0.0);
+        let admitted = Some(State::LeakyBucket {
+            level: filled,
+            ts: now,
+        });
+        return Evaluation {
+            decision: d,
+            admitted,
+            penalized: None,
+            ttl_ms,
+        };
+    }
+    if penalty {
+        level = b.min(level + c);
+    }
+    let d = decision(
+        Verdict::Deny,
+        b - level,
+        level * p / l,
+        (level + c - b) * p / l,
+    );
+    let penalized = penalty.then_some(State::LeakyBucket { level, ts: now });
+    Evaluation {
+        decision: d,
+        admitted: None,
+        penalized,
+        ttl_ms,
+    }
+}
+
+fn fixed_window(
+    l: f64,
+    p: f64,
+    c: f64,
+    state: Option<&State>,
+    now: f64,
+    penalty: bool,
+) -> Evaluation {
+    let (mut count, mut window, ts) = match state {
+        Some(State::FixedWindow { count, window, ts }) => (*count, *window, *ts),
+        _ => (0.0, (now / p).floor(), now),
+    };
+    let now = now.max(ts);
+    let w = (now / p).floor();
+    if w != window {
+        count = 0.0;
+        window = w;
+    }
+    let ends_in = (window + 1.0) * p - now;
+    let ttl_ms = whole_ms(ends_in + TTL_MARGIN_MS);
+    if c > l {
+        let d = decision(Verdict::NeverFits, l - count, ends_in, 0.0);
+        return Evaluation {
+            decision: d,
+            admitted: None,
+            penalized: None,
+            ttl_ms,
+        };
+    }
+    if count + c <= l {
+        let d = decision(Verdict::Allow, l - (count + c), ends_in, 0.0);
+        let admitted = Some(State::FixedWindow {
+            count: count + c,
+            window,
+            ts: now,
+        });
+        return Evaluation {
+            decision: d,
+            admitted,
+            penalized: None,
+            ttl_ms,
+        };
+    }
+    if penalty {
+        count = l.min(count + c);
+    }
+    let d = decision(Verdict::Deny, l - count, ends_in, ends_in);
+    let penalized = penalty.then_some(State::FixedWindow {
+        count,
+        window,
+        ts: now,
+    });
+    Evaluation {
+        decision: d,
+        admitted: None,
+        penalized,
+        ttl_ms,
+    }
+}
+
+fn sliding_window(
+    l: f64,
+    p: f64,
+    c: f64,
+    state: Option<&State>,
+    now: f64,
+    penalty: bool,
+) -> Evaluation {
+    let (mut prev, mut cur, mut window, ts) = match state {
+        Some(State::SlidingWindow {
+            prev,
+            cur,
+            window,
+            ts,
+        }) => (*prev, *cur, *window, *ts),
+        _ => (0.0, 0.0, (now / p).floor(), now),
+    };
+    let now = now.max(ts);
+    let w = (now / p).floor();
+    if w == window + 1.0 {
+        prev = cur;
+        cur = 0.0;
+    } else if w > window + 1.0 {
+        prev = 0.0;
+        cur = 0.0;
+    }
+    window = w;
+    let into = now - w * p;
+    let left_in_window = p - into;
+    let estimate = prev * (left_in_window / p) + cur;
+    let ttl_ms = whole_ms(left_in_window + p + TTL_MARGIN_MS);
+    let reset = |cur: f64| {
+        if cur > 0.0 {
+            left_in_window + p
+        } else if prev > 0.0 {
+            left_in_window
+        } else {
+            0.0
+        }
+    };
+    if c > l {
+        let d = decision(
+            Verdict::NeverFits,
+            0.0_f64.max(l - estimate),
+            reset(cur),
+            0.0,
+        );
+        return Evaluation {
+            decision: d,
+            admitted: None,
+            penalized: None,
+            ttl_ms,
+        };
+    }
+    if estimate + c <= l + EPSILON {
+        let d = decision(
+            Verdict::Allow,
+            0.0_f64.max(l - (estimate + c)),
+            reset(cur + c),
+            0.0,
+        );
+        let admitted = Some(State::SlidingWindow {
+            prev,
+            cur: cur + c,
+            window,
+            ts: now,
+        });
+        return Evaluation {
+            decision: d,
+            admitted,
+            penalized: None,
+            ttl_ms,
+        };
+    }
+    if penalty {
+        cur = l.min(cur + c);
+    }
+    let estimate = prev * (left_in_window / p) + cur;
+    // When could `estimate + c <= l` hold? Within this window if the previous window's share
+    // can decay far enough; otherwise in the next one, where this window becomes `prev`.
+    let retry = if cur + c <= l && prev > 0.0 {
+        p - (l - cur - c) * p / prev - into
+    } else if cur > 0.0 {
+        left_in_window + 0.0_f64.max(p - (l - c) * p / cur)
+    } else {
+        left_in_window
+    };
+    let d = decision(Verdict::Deny, 0.0_f64.max(l - estimate), reset(cur), retry);
+    let penalized = penalty.then_some(State::SlidingWindow {
+        prev,
+        cur,
+        window,
+        ts: now,
+    });
+    Evaluation {
+        decision: d,
+        admitted: None,
+        penalized,
+        ttl_ms,
+    }
+}
+
+fn sliding_log(
+    l: f64,
+    p: f64,
+    c: f64,
+    state: Option<&State>,
+    now: f64,
+    penalty: bool,
+) -> Evaluation {
+    let mut entries = match state {
+        Some(State::SlidingLog { entries }) => entries.clone(),
+        _ => VecDeque::new(),
+    };
+    let now = entries.back().map_or(now, |&(newest, _)| now.max(newest));
+    // An entry counts while now - time < period.
+    while entries.front().is_some_and(|&(time, _)| time <= now - p) {
+        entries.pop_front();
+    }
+    let sum: f64 = entries.iter().map(|&(_, cost)| cost).sum();
+    let ttl_ms = whole_ms(p + TTL_MARGIN_MS);
+    let reset =
+        |entries: &VecDeque<(f64, f64)>| entries.back().map_or(0.0, |&(time, _)| time + p - now);
+    if c > l {
+        let d = decision(Verdict::NeverFits, l - sum, reset(&entries), 0.0);
+        return Evaluation {
+            decision: d,
+            admitted: None,
+            penalized: None,
+            ttl_ms,
+        };
+    }
+    if sum + c <= l {
+        let mut admitted = entries;
+        admitted.push_back((now, c));
+        let d = decision(Verdict::Allow, l - (sum + c), reset(&admitted), 0.0);
+        let state = State::SlidingLog { entries: admitted };
+        return Evaluation {
+            decision: d,
+            admitted: Some(state),
+            penalized: None,
+            ttl_ms,
+        };
+    }
+    // A penalty logs whatever capacity is left; when none is left there is nothing to write.
+    let mut penalized = None;
+    let mut sum = sum;
+    if penalty && l - sum > 0.0 {
+        entries.push_back((now, l - sum));
+        sum = l;
+        penalized = Some(State::SlidingLog {
+            entries: entries.clone(),
+        });
+    }
+    // Wait until enough of the oldest entries have aged out.
+    let mut freed = 0.0;
+    let mut retry = 0.0;
+    for &(time, cost) in &entries {
+        freed += cost;
+        if sum - freed + c <= l {
+            retry = time + p - now;
+            break;
+        }
+    }
+    let d = decision(Verdict::Deny, l - sum, reset(&entries), retry);
+    Evaluation {
+        decision: d,
+        admitted: None,
+        penalized,
+        ttl_ms,
+    }
+}
+
+/// One rule of a multi-rule check.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RuleInput<'a> {
+    pub spec: &'a LimitSpec,
+    pub cost: u64,
+    /// A shadow rule is evaluated and reported but never blocks the request.
+    pub shadow: bool,
+}
+
+/// The outcome of a multi-rule check.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckResult {
+    /// Whether every enforced rule admits the request.
+    pub allowed: bool,
+    pub decisions: Vec<Decision>,
+    /// Per rule: the state to store, if any, and its TTL.
+    pub writes: Vec<Option<(State, u64)>>,
+}
+
+/// Evaluates several rules for one request atomically: every decision is computed first,
+/// and consumption is committed only when every enforced rule admits the request. A
+/// shadow rule is consumed along with the others when it too admits; a denial consumes
+/// nothing except for the rules with `penalty`.
+pub fn check_all(rules: &[RuleInput<'_>], states: &[Option<&State>], now: i64) -> CheckResult {
+    let evaluations: Vec<Evaluation> = rules
+        .iter()
+        .zip(states)
+        .map(|(rule, state)| evaluate(rule.spec, *state, now, rule.cost))
+        .collect();
+    let allowed = rules
+        .iter()
+        .zip(&evaluations)
+        .all(|(rule, eval)| rule.shadow || eval.decision.allowed());
+    let writes = rules
+        .iter()
+        .zip(&evaluations)
+        .map(|(rule, eval)| {
+            let state = if allowed {
+                eval.admitted.clone()
+            } else if !rule.shadow && !eval.decision.allowed() {
+                eval.penalized.clone()
+            } else {
+                None
+            };
+            state.map(|s| (s, eval.ttl_ms))
+        })
+        .collect();
+    CheckResult {
+        allowed,
+        decisions: evaluations.into_iter().map(|e| e.decision).collect(),
+        writes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A small deterministic generator, so the model's tests need no dependency.
+    struct Lcg(u64);
+
+    impl Lcg {
+        fn next(&mut self, below: u64) -> u64 {
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (self.0 >> 33) % below
+        }
+    }
+
+    fn run(spec: &LimitSpec, steps: &[(i64, u64)]) -> Vec<Decision> {
+        let mut state = None;
+        let mut out = Vec::new();
+        for &(now, cost) in steps {
+            let eval = evaluate(spec, state.as_ref(), now, cost);
+            if let Some(s) = eval.admitted.clone().or(eval.penalized.clone()) {
+                state = Some(s);
+            }
+            out.push(eval.decision);
+        }
+        out
+    }
+
+    #[test]
+    fn token_bucket_refills_continuously() {
+        let spec = LimitSpec::new(Algorithm::TokenBucket, 10, 1000);
+        let d = run(&spec, &[(0, 10), (0, 1), (250, 2), (250, 1)]);
+        assert_eq!(
+            d.iter().map(Decision::allowed).collect::<Vec<_>>(),
+            [true, false, true, false]
+        );
+        assert_eq!(d[1].retry_after_ms, 100);
+        assert_eq!(d[2].remaining, 0.5);
+    }
+
+    #[test]
+    fn sliding_window_weights_the_previous_window() {
+        let spec = LimitSpec::new(Algorithm::SlidingWindow, 10, 1000);
+        // 10 in window 0; at 1250 the previous window still counts for 75%: 7.5 used.
+        let d = run(&spec, &[(500, 10), (1250, 2), (1250, 1)]);
+        assert!(d[0].allowed());
+        assert!(d[1].allowed(), "{:?}", d[1]);
+        assert_eq!(d[1].remaining, 0.5);
+        assert!(!d[2].allowed());
+    }
+
+    #[test]
+    fn gcra_and_token_bucket_admit_the_same_requests() {
+        let mut rng = Lcg(42);
+        for _ in 0..200 {
+            let limit = 1 + rng.next(20);
+            let period = 1 + rng.next(5000);
+            let burst = Some(1 + rng.next(30));
+            let tb = LimitSpec {
+                burst,
+                ..LimitSpec::new(Algorithm::TokenBucket, limit, period)
+            };
+            let gcra = LimitSpec {
+                algorithm: Algorithm::Gcra,
+                ..tb
+            };
+            let mut now = 0;
+            let steps: Vec<(i64, u64)> = (0..30)
+                .map(|_| {
+                    now += rng.next(period) as i64;
+                    (now, 1 + rng.next(3))
+                })
+                .collect();
+            let a: Vec<bool> = run(&tb, &steps).iter().map(Decision::allowed).collect();
+            let b: Vec<bool> = run(&gcra, &steps).iter().map(Decision::allowed).collect();
+            // Equal in exact arithmetic; rounding may differ on exact boundaries only.
+            let differ = a.iter().zip(&b).filter(|(x, y)| x != y).count();
+            assert!(differ <= 1, "{tb:?} {steps:?}\n{a:?}\n{b:?}");
+        }
+    }
+
+    #[test]
+    fn waiting_retry_after_is_enough_to_be_admitted() {
+        let mut rng = Lcg(7);
+        for algorithm in Algorithm::ALL {
+            for _ in 0..300 {
+                let spec = LimitSpec::new(algorithm, 1 + rng.next(10), 1 + rng.next(10_000));
+                let mut state = None;
+                let mut now = 1_000_000;
+                for _ in 0..20 {
+                    now += rng.next(spec.period_ms / 2 + 1) as i64;
+                    let cost = 1 + rng.next(spec.capacity());
+                    let eval = evaluate(&spec, state.as_ref(), now, cost);
+                    if let Some(s) = eval.admitted.clone() {
+                        state = Some(s);
+                        continue;
+                    }
+                    let retry = eval.decision.retry_after_ms as i64;
+                    assert!(retry > 0, "{spec:?}");
+                    let later = evaluate(&spec, state.as_ref(), now + retry, cost);
+                    assert!(
+                        later.decision.allowed(),
+                        "{spec:?} at {now}+{retry}: {:?}",
+                        later.decision
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_full_check_commits_nothing_when_one_rule_denies() {
+        let open = LimitSpec::new(Algorithm::FixedWindow, 100, 1000);
+        let tight = LimitSpec::new(Algorithm::FixedWindow, 1, 1000);
+        let rules = [
+            RuleInput {
+                spec: &open,
+                cost: 1,
+                shadow: false,
+            },
+            RuleInput {
+                spec: &tight,
+                cost: 2,
+                shadow: false,
+            },
+        ];
+        let result = check_all(&rules, &[None, None], 0);
+        assert!(!result.allowed);
+        assert_eq!(result.writes, vec![None, None]);
+    }
+}

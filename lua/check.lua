@@ -1,0 +1,351 @@
+--[[
+check.lua: decide one request against up to 8 rate-limit rules, atomically.
+
+Why one script: the read of every rule's state, the decision and the write must be a single
+step. Two instances that each read "one token left" and then both write would admit two
+requests; a request that passes its route rule but fails its tenant-wide rule must not
+consume the route rule. Redis runs a script without interleaving any other command, so all
+rules are read, decided and (only if every enforced rule admits) committed as one unit.
+All keys carry the tenant's hash tag `{tenant}`, so on a Redis Cluster they share one slot
+and one node can run the script.
+
+The arithmetic is the reference model's (app/src/rules/model.rs), operation for operation,
+in IEEE doubles; differential tests hold the two to identical answers. State is stored with
+%.17g, which round-trips a double exactly.
+
+KEYS[1..n]   the bucket of each rule, `sl:{<tenant>}:<rule>:<subject>`
+KEYS[n+1]    the idempotency record `slr:{<tenant>}:<request_id>` (always passed; used only
+             when ARGV[2] > 0)
+ARGV[1]      now in ms, or "" to use Redis TIME (tests pass an explicit clock)
+ARGV[2]      idempotency TTL in ms; 0 = no request_id
+ARGV[3]      n, the number of rules (1..8)
+ARGV[4+7i..] per rule i: algorithm code (1 token_bucket, 2 gcra, 3 leaky_bucket,
+             4 fixed_window, 5 sliding_window, 6 sliding_log), limit, period_ms, capacity
+             (burst, or limit), cost, penalty (0/1), shadow (0/1)
+
+Reply: { deduplicated (0/1), now, allowed (0/1),
+         then per rule: verdict (1 allow, 0 deny, -1 never fits: cost above capacity),
+         remaining (string, %.17g), reset_after_ms, retry_after_ms }
+
+State, per algorithm (hash fields unless noted; every key gets a TTL covering a full refill):
+  token_bucket  v = tokens, t = last time      gcra           v = TAT - t (backlog), t = last time
+  leaky_bucket  v = level,  t = last time      fixed_window   v = count, w = window, t
+  sliding_window v = current count, p = previous count, w = window index, t
+  sliding_log   a sorted set: score = time, member = "<time>:<k>:<cost>" (k makes equal
+                times unique); the newest score is the last time seen
+A denial writes nothing unless the rule has penalty; the idempotency record is written for
+every decision when a request_id is given.
+]]
+
+if redis.replicate_commands then
+  redis.replicate_commands()
+end
+
+local ALLOW, DENY, NEVER = 1, 0, -1
+local MARGIN = 1000
+-- Slack for doubles that refilled to exactly the cost but read a few ulps short (model.rs).
+local EPSILON = 1e-9
+
+local n = tonumber(ARGV[3])
+local dedup_ttl = tonumber(ARGV[2])
+local dedup_key = KEYS[n + 1]
+
+if dedup_ttl > 0 then
+  local seen = redis.call('GET', dedup_key)
+  if seen then
+    local reply = cjson.decode(seen)
+    reply[1] = 1
+    return reply
+  end
+end
+
+local now
+if ARGV[1] ~= '' then
+  now = tonumber(ARGV[1])
+else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function fmt(x)
+  return string.format('%.17g', x)
+end
+
+local function whole_ms(x)
+  if x < 0 then
+    x = 0
+  end
+  return math.ceil(x)
+end
+
+-- A decision: verdict, remaining, reset_after_ms, retry_after_ms.
+local function decision(v, remaining, reset, retry)
+  local r = 0
+  if v == DENY then
+    r = math.max(whole_ms(retry), 1)
+  end
+  return { v = v, rem = remaining, reset = whole_ms(reset), retry = r }
+end
+
+local function read_hash(key, fields)
+  local values = redis.call('HMGET', key, unpack(fields))
+  for i = 1, #values do
+    values[i] = tonumber(values[i])
+  end
+  return values
+end
+
+-- Each algorithm returns: decision, state to write if admitted, state to write on a
+-- penalised denial, ttl. A state is a flat list of hash field/value pairs, or for the log
+-- a table { entry = {time, cost} }.
+
+local function token_bucket(key, L, P, B, c, now, penalty)
+  local s = read_hash(key, { 'v', 't' })
+  local tokens, ts = s[1], s[2]
+  if tokens == nil or ts == nil then
+    tokens, ts = B, now
+  end
+  now = math.max(now, ts)
+  tokens = math.min(B, tokens + (now - ts) * L / P)
+  local ttl = whole_ms(B * P / L + MARGIN)
+  if c > B then
+    return decision(NEVER, tokens, (B - tokens) * P / L, 0), nil, nil, ttl
+  end
+  if tokens + EPSILON >= c then
+    local left = math.max(0, tokens - c)
+    return decision(ALLOW, left, (B - left) * P / L, 0), { 'v', fmt(left), 't', fmt(now) }, nil, ttl
+  end
+  if penalty then
+    tokens = math.max(0, tokens - c)
+  end
+  local d = decision(DENY, tokens, (B - tokens) * P / L, (c - tokens) * P / L)
+  return d, nil, penalty and { 'v', fmt(tokens), 't', fmt(now) } or nil, ttl
+end
+
+local function gcra(key, L, P, B, c, now, penalty)
+  local t = P / L
+  local tau = B * t
+  local s = read_hash(key, { 'v', 't' })
+  local backlog, ts = s[1], s[2]
+  if backlog == nil or ts == nil then
+    backlog, ts = 0, now
+  end
+  now = math.max(now, ts)
+  backlog = math.max(0, backlog - (now - ts))
+  local ttl = whole_ms(tau + MARGIN)
+  if c > B then
+    return decision(NEVER, math.max(0, (tau - backlog) / t), backlog, 0), nil, nil, ttl
+  end
+  local after = backlog + c * t
+  if after <= tau + EPSILON * t then
+    local d = decision(ALLOW, math.max(0, (tau - after) / t), after, 0)
+    return d, { 'v', fmt(after), 't', fmt(now) }, nil, ttl
+  end
+  if penalty then
+    backlog = math.min(after, tau)
+  end
+  local d = decision(DENY, math.max(0, (tau - backlog) / t), backlog, backlog + c * t - tau)
+  return d, nil, penalty and { 'v', fmt(backlog), 't', fmt(now) } or nil, ttl
+end
+
+local function leaky_bucket(key, L, P, B, c, now, penalty)
+  local s = read_hash(key, { 'v', 't' })
+  local level, ts = s[1], s[2]
+  if level == nil or ts == nil then
+    level, ts = 0, now
+  end
+  now = math.max(now, ts)
+  level = math.max(0, level - (now - ts) * L / P)
+  local ttl = whole_ms(B * P / L + MARGIN)
+  if c > B then
+    return decision(NEVER, B - level, level * P / L, 0), nil, nil, ttl
+  end
+  if level + c <= B + EPSILON then
+    local filled = math.min(B, level + c)
+    return decision(ALLOW, B - filled, filled * P / L, 0), { 'v', fmt(filled), 't', fmt(now) }, nil, ttl
+  end
+  if penalty then
+    level = math.min(B, level + c)
+  end
+  local d = decision(DENY, B - level, level * P / L, (level + c - B) * P / L)
+  return d, nil, penalty and { 'v', fmt(level), 't', fmt(now) } or nil, ttl
+end
+
+local function fixed_window(key, L, P, B, c, now, penalty)
+  local s = read_hash(key, { 'v', 'w', 't' })
+  local count, window, ts = s[1], s[2], s[3]
+  if count == nil or window == nil or ts == nil then
+    count, window, ts = 0, math.floor(now / P), now
+  end
+  now = math.max(now, ts)
+  local w = math.floor(now / P)
+  if w ~= window then
+    count, window = 0, w
+  end
+  local ends_in = (window + 1) * P - now
+  local ttl = whole_ms(ends_in + MARGIN)
+  if c > L then
+    return decision(NEVER, L - count, ends_in, 0), nil, nil, ttl
+  end
+  if count + c <= L then
+    local d = decision(ALLOW, L - (count + c), ends_in, 0)
+    return d, { 'v', fmt(count + c), 'w', fmt(window), 't', fmt(now) }, nil, ttl
+  end
+  if penalty then
+    count = math.min(L, count + c)
+  end
+  local d = decision(DENY, L - count, ends_in, ends_in)
+  return d, nil, penalty and { 'v', fmt(count), 'w', fmt(window), 't', fmt(now) } or nil, ttl
+end
+
+local function sliding_window(key, L, P, B, c, now, penalty)
+  local s = read_hash(key, { 'p', 'v', 'w', 't' })
+  local prev, cur, window, ts = s[1], s[2], s[3], s[4]
+  if prev == nil or cur == nil or window == nil or ts == nil then
+    prev, cur, window, ts = 0, 0, math.floor(now / P), now
+  end
+  now = math.max(now, ts)
+  local w = math.floor(now / P)
+  if w == window + 1 then
+    prev, cur = cur, 0
+  elseif w > window + 1 then
+    prev, cur = 0, 0
+  end
+  window = w
+  local into = now - w * P
+  local left_in_window = P - into
+  local estimate = prev * (left_in_window / P) + cur
+  local ttl = whole_ms(left_in_window + P + MARGIN)
+  local function reset(count)
+    if count > 0 then
+      return left_in_window + P
+    elseif prev > 0 then
+      return left_in_window
+    end
+    return 0
+  end
+  if c > L then
+    return decision(NEVER, math.max(0, L - estimate), reset(cur), 0), nil, nil, ttl
+  end
+  if estimate + c <= L + EPSILON then
+    local d = decision(ALLOW, math.max(0, L - (estimate + c)), reset(cur + c), 0)
+    return d, { 'p', fmt(prev), 'v', fmt(cur + c), 'w', fmt(window), 't', fmt(now) }, nil, ttl
+  end
+  if penalty then
+    cur = math.min(L, cur + c)
+  end
+  estimate = prev * (left_in_window / P) + cur
+  local retry
+  if cur + c <= L and prev > 0 then
+    retry = P - (L - cur - c) * P / prev - into
+  elseif cur > 0 then
+    retry = left_in_window + math.max(0, P - (L - c) * P / cur)
+  else
+    retry = left_in_window
+  end
+  local d = decision(DENY, math.max(0, L - estimate), reset(cur), retry)
+  return d, nil, penalty and { 'p', fmt(prev), 'v', fmt(cur), 'w', fmt(window), 't', fmt(now) } or nil, ttl
+end
+
+local function sliding_log(key, L, P, B, c, now, penalty)
+  local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  if newest[2] then
+    now = math.max(now, tonumber(newest[2]))
+  end
+  -- Live entries (time > now - P), oldest first.
+  local raw = redis.call('ZRANGEBYSCORE', key, '(' .. fmt(now - P), '+inf', 'WITHSCORES')
+  local entries, sum = {}, 0
+  for i = 1, #raw, 2 do
+    local cost = tonumber(string.match(raw[i], ':([^:]+)$'))
+    entries[#entries + 1] = { tonumber(raw[i + 1]), cost }
+    sum = sum + cost
+  end
+  local ttl = whole_ms(P + MARGIN)
+  local function reset(list)
+    if #list == 0 then
+      return 0
+    end
+    return list[#list][1] + P - now
+  end
+  if c > L then
+    return decision(NEVER, L - sum, reset(entries), 0), nil, nil, ttl
+  end
+  if sum + c <= L then
+    entries[#entries + 1] = { now, c }
+    local d = decision(ALLOW, L - (sum + c), reset(entries), 0)
+    return d, { entry = { now, c } }, nil, ttl
+  end
+  local penalised = nil
+  if penalty and L - sum > 0 then
+    entries[#entries + 1] = { now, L - sum }
+    penalised = { entry = { now, L - sum } }
+    sum = L
+  end
+  local freed, retry = 0, 0
+  for i = 1, #entries do
+    freed = freed + entries[i][2]
+    if sum - freed + c <= L then
+      retry = entries[i][1] + P - now
+      break
+    end
+  end
+  return decision(DENY, L - sum, reset(entries), retry), nil, penalised, ttl
+end
+
+local ALGORITHMS = { token_bucket, gcra, leaky_bucket, fixed_window, sliding_window, sliding_log }
+
+local function write(key, algorithm, state, ttl, P)
+  if algorithm == 6 then
+    local time, cost = state.entry[1], state.entry[2]
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(time - P))
+    local k = redis.call('ZCOUNT', key, fmt(time), fmt(time))
+    redis.call('ZADD', key, fmt(time), fmt(time) .. ':' .. k .. ':' .. fmt(cost))
+  else
+    redis.call('HSET', key, unpack(state))
+  end
+  redis.call('PEXPIRE', key, ttl)
+end
+
+-- Phase 1: decide every rule, writing nothing.
+local rules, allowed = {}, true
+for i = 1, n do
+  local base = 3 + (i - 1) * 7
+  local algorithm = tonumber(ARGV[base + 1])
+  local L, P, B = tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4])
+  local c = tonumber(ARGV[base + 5])
+  local penalty, shadow = ARGV[base + 6] == '1', ARGV[base + 7] == '1'
+  local d, admitted, penalised, ttl = ALGORITHMS[algorithm](KEYS[i], L, P, B, c, now, penalty)
+  if d.v ~= ALLOW and not shadow then
+    allowed = false
+  end
+  rules[i] = { d = d, admitted = admitted, penalised = penalised, ttl = ttl,
+               algorithm = algorithm, P = P, shadow = shadow }
+end
+
+-- Phase 2: commit all admitted consumption, or only the penalties.
+for i = 1, n do
+  local r = rules[i]
+  local state = nil
+  if allowed then
+    state = r.admitted
+  elseif not r.shadow and r.d.v ~= ALLOW then
+    state = r.penalised
+  end
+  if state then
+    write(KEYS[i], r.algorithm, state, r.ttl, r.P)
+  end
+end
+
+local reply = { 0, now, allowed and 1 or 0 }
+for i = 1, n do
+  local d = rules[i].d
+  reply[#reply + 1] = d.v
+  reply[#reply + 1] = fmt(d.rem)
+  reply[#reply + 1] = d.reset
+  reply[#reply + 1] = d.retry
+end
+
+if dedup_ttl > 0 then
+  redis.call('SET', dedup_key, cjson.encode(reply), 'PX', dedup_ttl)
+end
+return reply

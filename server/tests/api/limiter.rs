@@ -1,0 +1,994 @@
+//! The limiter engine against real backends: the same behavioural suite on the in-process
+//! limiter, a private Redis and a private three-master Redis Cluster, plus Redis-only
+//! checks (differential tests against the model, NOSCRIPT, restarts, slots).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use app::rules::model::{self, RuleInput, State, Verdict};
+use app::rules::{Algorithm, LimitSpec};
+use futures::future::join_all;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use sluice::config::LimiterTarget;
+use sluice::limiter::{
+    keys, CheckOutcome, CheckRequest, Limiter, LimiterError, MemoryBackend, RedisOptions, RuleCheck,
+};
+
+use crate::services::{RedisCluster, RedisServer};
+
+const T0: i64 = 1_800_000_000_000;
+
+fn options(connections: usize) -> RedisOptions {
+    RedisOptions {
+        timeout: Duration::from_secs(2),
+        connections,
+    }
+}
+
+fn tenant() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+fn rule(tenant: &str, name: &str, spec: LimitSpec, cost: u64) -> RuleCheck {
+    RuleCheck {
+        key: keys::bucket(tenant, name, None),
+        spec,
+        cost,
+        shadow: false,
+    }
+}
+
+fn request(tenant: &str, rules: Vec<RuleCheck>, now: Option<i64>) -> CheckRequest {
+    CheckRequest {
+        tenant: tenant.to_owned(),
+        rules,
+        request_id: None,
+        now_ms: now,
+    }
+}
+
+/// A backend under test, with a way to look at what it stored.
+enum Store {
+    Memory(MemoryBackend),
+    Redis(RedisServer),
+    Cluster(RedisCluster),
+}
+
+struct Backend {
+    limiter: Limiter,
+    store: Store,
+}
+
+impl Backend {
+    fn in_process() -> Self {
+        let memory = MemoryBackend::new();
+        Self {
+            limiter: Limiter::InProcess(memory.clone()),
+            store: Store::Memory(memory),
+        }
+    }
+
+    async fn redis() -> Self {
+        let server = RedisServer::start();
+        let limiter = Limiter::connect(&LimiterTarget::Redis(server.url()), options(2))
+            .await
+            .unwrap();
+        Self {
+            limiter,
+            store: Store::Redis(server),
+        }
+    }
+
+    async fn cluster() -> Self {
+        let cluster = tokio::task::spawn_blocking(RedisCluster::start)
+            .await
+            .unwrap();
+        let limiter = Limiter::connect(&LimiterTarget::Cluster(cluster.urls()), options(2))
+            .await
+            .unwrap();
+        Self {
+            limiter,
+            store: Store::Cluster(cluster),
+        }
+    }
+
+    /// Another limiter instance on the same store, as another server process would have.
+    async fn another_instance(&self, connections: usize) -> Limiter {
+        match &self.store {
+            Store::Memory(_) => self.limiter.clone(),
+            Store::Redis(s) => {
+                Limiter::connect(&LimiterTarget::Redis(s.url()), options(connections))
+                    .await
+                    .unwrap()
+            }
+            Store::Cluster(c) => {
+                Limiter::connect(&LimiterTarget::Cluster(c.urls()), options(connections))
+                    .await
+                    .unwrap()
+            }
+        }
+    }
+
+    /// Runs a command on the backend's Redis (routed by key on a Cluster); `None` in-process.
+    async fn redis_query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Option<T> {
+        match &self.store {
+            Store::Memory(_) => None,
+            Store::Redis(s) => {
+                let mut conn = redis::Client::open(s.url())
+                    .unwrap()
+                    .get_multiplexed_async_connection()
+                    .await
+                    .unwrap();
+                Some(cmd.query_async(&mut conn).await.unwrap())
+            }
+            Store::Cluster(c) => {
+                let client = redis::cluster::ClusterClient::new(c.urls()).unwrap();
+                let mut conn = client.get_async_connection().await.unwrap();
+                Some(cmd.query_async(&mut conn).await.unwrap())
+            }
+        }
+    }
+
+    /// The stored bytes of a key (Redis `DUMP`, or the in-process state), `None` if absent.
+    async fn snapshot(&self, key: &str) -> Option<String> {
+        match &self.store {
+            Store::Memory(m) => m
+                .peek(key)
+                .map(|(state, expires)| format!("{state:?} until {expires}")),
+            _ => {
+                let dump: Option<Vec<u8>> =
+                    self.redis_query(redis::cmd("DUMP").arg(key)).await.unwrap();
+                dump.map(hex::encode)
+            }
+        }
+    }
+
+    /// The remaining TTL of a key in ms, when stored in Redis.
+    async fn pttl(&self, key: &str) -> Option<i64> {
+        self.redis_query(redis::cmd("PTTL").arg(key)).await
+    }
+
+    async fn check(&self, request: &CheckRequest) -> CheckOutcome {
+        self.limiter.check(request).await.unwrap()
+    }
+}
+
+/// Runs each listed behaviour on the in-process limiter, on Redis and on a Redis Cluster.
+macro_rules! on_every_backend {
+    ($($test:ident),* $(,)?) => {
+        mod in_process {
+            $( #[tokio::test] async fn $test() { super::$test(&super::Backend::in_process()).await; } )*
+        }
+        mod on_redis {
+            $( #[tokio::test] async fn $test() { super::$test(&super::Backend::redis().await).await; } )*
+        }
+        mod on_cluster {
+            $( #[tokio::test] async fn $test() { super::$test(&super::Backend::cluster().await).await; } )*
+        }
+    };
+}
+
+on_every_backend!(
+    remaining_stays_between_zero_and_capacity,
+    idle_time_never_refills_beyond_capacity,
+    time_going_backwards_creates_no_capacity,
+    different_keys_never_share_state,
+    an_expired_key_comes_back_full,
+    a_denial_without_penalty_writes_nothing,
+    a_penalty_charges_a_denial_but_never_below_zero,
+    a_cost_above_capacity_never_fits,
+    fractional_tokens_survive_the_round_trip,
+    a_request_id_sent_ten_times_concurrently_consumes_once,
+    exactly_the_limit_is_admitted_under_concurrency,
+    multi_rule_checks_consume_all_or_nothing,
+    shadow_rules_report_but_never_block,
+    invalid_checks_are_refused_without_touching_state,
+);
+
+/// A spec for each algorithm with the given limit and period (burst = limit).
+fn specs(limit: u64, period_ms: u64) -> Vec<LimitSpec> {
+    Algorithm::ALL
+        .into_iter()
+        .map(|a| LimitSpec::new(a, limit, period_ms))
+        .collect()
+}
+
+async fn remaining_stays_between_zero_and_capacity(b: &Backend) {
+    let t = tenant();
+    let mut rng = SmallRng::seed_from_u64(7);
+    for spec in specs(10, 1000) {
+        let mut now = T0;
+        for _ in 0..200 {
+            now += rng.gen_range(-300..400);
+            let cost = rng.gen_range(1..=4);
+            let out = b
+                .check(&request(
+                    &t,
+                    vec![rule(&t, spec.algorithm.as_str(), spec, cost)],
+                    Some(now),
+                ))
+                .await;
+            let d = out.decisions[0];
+            assert!(d.remaining >= 0.0 && d.remaining <= 10.0, "{spec:?}: {d:?}");
+        }
+    }
+}
+
+async fn idle_time_never_refills_beyond_capacity(b: &Backend) {
+    let t = tenant();
+    for spec in specs(10, 1000) {
+        let r = |cost| vec![rule(&t, spec.algorithm.as_str(), spec, cost)];
+        b.check(&request(&t, r(3), Some(T0))).await;
+        // A hundred periods later the key is full again, and no fuller.
+        let out = b.check(&request(&t, r(1), Some(T0 + 100_000))).await;
+        assert!(out.allowed);
+        assert_eq!(out.decisions[0].remaining, 9.0, "{spec:?}");
+    }
+}
+
+async fn time_going_backwards_creates_no_capacity(b: &Backend) {
+    let t = tenant();
+    for spec in specs(5, 1000) {
+        let r = |cost| vec![rule(&t, spec.algorithm.as_str(), spec, cost)];
+        assert!(b.check(&request(&t, r(5), Some(T0 + 10_000))).await.allowed);
+        for earlier in [T0 + 9_999, T0 + 5_000, T0, T0 - 1_000_000] {
+            let out = b.check(&request(&t, r(1), Some(earlier))).await;
+            assert!(!out.allowed, "{spec:?} at {earlier}: {out:?}");
+            assert_eq!(out.decisions[0].verdict, Verdict::Deny);
+            assert_eq!(out.decisions[0].remaining, 0.0, "{spec:?}");
+        }
+    }
+}
+
+async fn different_keys_never_share_state(b: &Backend) {
+    let t = tenant();
+    let other_tenant = tenant();
+    for spec in specs(3, 60_000) {
+        let name = spec.algorithm.as_str();
+        let key = |tenant: &str, subject: Option<&str>| RuleCheck {
+            key: keys::bucket(tenant, name, subject),
+            spec,
+            cost: 3,
+            shadow: false,
+        };
+        assert!(
+            b.check(&request(&t, vec![key(&t, Some("alice"))], Some(T0)))
+                .await
+                .allowed
+        );
+        assert!(
+            !b.check(&request(&t, vec![key(&t, Some("alice"))], Some(T0)))
+                .await
+                .allowed
+        );
+        // Another subject, the tenant-wide bucket and another tenant are all untouched.
+        assert!(
+            b.check(&request(&t, vec![key(&t, Some("bob"))], Some(T0)))
+                .await
+                .allowed,
+            "{spec:?}"
+        );
+        assert!(
+            b.check(&request(&t, vec![key(&t, None)], Some(T0)))
+                .await
+                .allowed,
+            "{spec:?}"
+        );
+        let other = request(
+            &other_tenant,
+            vec![key(&other_tenant, Some("alice"))],
+            Some(T0),
+        );
+        assert!(b.check(&other).await.allowed, "{spec:?}");
+    }
+}
+
+async fn an_expired_key_comes_back_full(b: &Backend) {
+    // The real clock here: expiry is Redis's own (or the process's).
+    let t = tenant();
+    let all = specs(4, 20);
+    let rules: Vec<RuleCheck> = all
+        .iter()
+        .map(|s| rule(&t, s.algorithm.as_str(), *s, 4))
+        .collect();
+    for r in &rules {
+        assert!(b.check(&request(&t, vec![r.clone()], None)).await.allowed);
+        assert!(b.snapshot(&r.key).await.is_some());
+        if let Some(ttl) = b.pttl(&r.key).await {
+            assert!(ttl > 0 && ttl <= 1040, "{}: PTTL {ttl}", r.key);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    for r in &rules {
+        if !matches!(b.store, Store::Memory(_)) {
+            assert!(
+                b.snapshot(&r.key).await.is_none(),
+                "{} has not expired",
+                r.key
+            );
+        }
+        let out = b
+            .check(&request(
+                &t,
+                vec![RuleCheck {
+                    cost: 1,
+                    ..r.clone()
+                }],
+                None,
+            ))
+            .await;
+        assert!(out.allowed);
+        assert_eq!(out.decisions[0].remaining, 3.0, "{}", r.key);
+    }
+    if let Store::Memory(m) = &b.store {
+        // Idle keys are swept: memory follows the active keys.
+        assert!(m.sweep(sluice::store::now_ms() + 2_000) >= rules.len());
+        assert!(m.is_empty());
+    }
+}
+
+async fn a_denial_without_penalty_writes_nothing(b: &Backend) {
+    let t = tenant();
+    for spec in specs(4, 10_000) {
+        let r = |cost| vec![rule(&t, spec.algorithm.as_str(), spec, cost)];
+        let key = &r(1)[0].key;
+        assert!(b.check(&request(&t, r(4), Some(T0))).await.allowed);
+        let before = b.snapshot(key).await;
+        let ttl_before = b.pttl(key).await;
+        assert!(before.is_some());
+        let out = b.check(&request(&t, r(2), Some(T0 + 1))).await;
+        assert!(!out.allowed, "{spec:?}");
+        assert_eq!(
+            b.snapshot(key).await,
+            before,
+            "{spec:?}: a denial changed the state"
+        );
+        if let (Some(before), Some(after)) = (ttl_before, b.pttl(key).await) {
+            assert!(after <= before, "{spec:?}: a denial extended the TTL");
+        }
+    }
+}
+
+async fn a_penalty_charges_a_denial_but_never_below_zero(b: &Backend) {
+    let t = tenant();
+    for spec in specs(10, 10_000) {
+        let spec = LimitSpec {
+            penalty: true,
+            ..spec
+        };
+        let r = |cost| vec![rule(&t, spec.algorithm.as_str(), spec, cost)];
+        let key = &r(1)[0].key;
+        assert!(b.check(&request(&t, r(8), Some(T0))).await.allowed);
+        let before = b.snapshot(key).await;
+        // 5 does not fit in the 2 left: denied, and the 2 are charged.
+        let out = b.check(&request(&t, r(5), Some(T0))).await;
+        assert!(!out.allowed);
+        assert_eq!(out.decisions[0].remaining, 0.0, "{spec:?}");
+        assert_ne!(
+            b.snapshot(key).await,
+            before,
+            "{spec:?}: the penalty wrote nothing"
+        );
+        // Now even a cost of 1 is refused at the same instant.
+        assert!(
+            !b.check(&request(&t, r(1), Some(T0))).await.allowed,
+            "{spec:?}"
+        );
+    }
+}
+
+async fn a_cost_above_capacity_never_fits(b: &Backend) {
+    let t = tenant();
+    for spec in specs(5, 1000) {
+        let r = |cost| vec![rule(&t, spec.algorithm.as_str(), spec, cost)];
+        let out = b.check(&request(&t, r(6), Some(T0))).await;
+        assert!(!out.allowed);
+        assert_eq!(out.decisions[0].verdict, Verdict::NeverFits, "{spec:?}");
+        assert_eq!(out.decisions[0].retry_after_ms, 0, "no retry can help");
+        assert!(
+            b.snapshot(&r(1)[0].key).await.is_none(),
+            "{spec:?}: nothing is written"
+        );
+        // The bucket is untouched: the full capacity is still there.
+        assert!(
+            b.check(&request(&t, r(5), Some(T0))).await.allowed,
+            "{spec:?}"
+        );
+    }
+}
+
+async fn fractional_tokens_survive_the_round_trip(b: &Backend) {
+    let t = tenant();
+    let spec = LimitSpec::new(Algorithm::TokenBucket, 3, 1000);
+    let r = |cost| vec![rule(&t, "fractions", spec, cost)];
+    assert!(b.check(&request(&t, r(3), Some(T0))).await.allowed);
+    // 500 ms refill 1.5 tokens; taking 1 leaves exactly half a token.
+    let out = b.check(&request(&t, r(1), Some(T0 + 500))).await;
+    assert!(out.allowed);
+    assert_eq!(out.decisions[0].remaining, 0.5);
+    let out = b.check(&request(&t, r(1), Some(T0 + 500))).await;
+    assert!(!out.allowed);
+    assert_eq!(out.decisions[0].remaining, 0.5);
+    // The missing half token takes 1000/3/2 ms = 166.67 ms, rounded up.
+    assert_eq!(out.decisions[0].retry_after_ms, 167);
+    let out = b.check(&request(&t, r(1), Some(T0 + 667))).await;
+    assert!(out.allowed, "{out:?}");
+}
+
+async fn a_request_id_sent_ten_times_concurrently_consumes_once(b: &Backend) {
+    let t = tenant();
+    let spec = LimitSpec::new(Algorithm::TokenBucket, 100, 366 * 86_400_000);
+    let mut req = request(&t, vec![rule(&t, "idem", spec, 7)], None);
+    req.request_id = Some("order-42".into());
+    let limiter = Arc::new(b.limiter.clone());
+    let replies: Vec<CheckOutcome> = join_all((0..10).map(|_| {
+        let limiter = limiter.clone();
+        let req = req.clone();
+        tokio::spawn(async move { limiter.check(&req).await.unwrap() })
+    }))
+    .await
+    .into_iter()
+    .map(Result::unwrap)
+    .collect();
+    assert_eq!(
+        replies.iter().filter(|r| !r.deduplicated).count(),
+        1,
+        "{replies:?}"
+    );
+    let first = CheckOutcome {
+        deduplicated: false,
+        ..replies[0].clone()
+    };
+    for reply in &replies {
+        assert_eq!(
+            &CheckOutcome {
+                deduplicated: false,
+                ..reply.clone()
+            },
+            &first
+        );
+    }
+    assert_eq!(first.decisions[0].remaining, 93.0);
+    // Consumed once: a new request sees 100 - 7 - 1.
+    let out = b
+        .check(&request(
+            &t,
+            vec![rule(&t, "idem", spec, 1)],
+            Some(first.now_ms),
+        ))
+        .await;
+    assert_eq!(out.decisions[0].remaining, 92.0);
+}
+
+async fn exactly_the_limit_is_admitted_under_concurrency(b: &Backend) {
+    // Three instances with six connections each (18 connections to Redis), 500 checks at
+    // once against a limit of 100 that does not refill during the test.
+    let instances = [
+        b.another_instance(6).await,
+        b.another_instance(6).await,
+        b.another_instance(6).await,
+    ];
+    if let Store::Redis(server) = &b.store {
+        let clients = server.cli(&["CLIENT", "LIST"]);
+        assert!(clients.lines().count() >= 18, "{clients}");
+    }
+    if let Store::Cluster(cluster) = &b.store {
+        for node in &cluster.nodes {
+            let clients = node.cli(&["CLIENT", "LIST"]);
+            assert!(clients.lines().count() >= 18, "{clients}");
+        }
+    }
+    for spec in specs(100, 366 * 86_400_000) {
+        let t = tenant();
+        let tasks = (0..500).map(|i| {
+            let limiter = instances[i % 3].clone();
+            let req = request(&t, vec![rule(&t, "hot", spec, 1)], None);
+            tokio::spawn(async move { limiter.check(&req).await.unwrap().allowed })
+        });
+        let allowed = join_all(tasks)
+            .await
+            .into_iter()
+            .filter(|r| *r.as_ref().unwrap())
+            .count();
+        assert_eq!(allowed, 100, "{spec:?}");
+    }
+}
+
+async fn multi_rule_checks_consume_all_or_nothing(b: &Backend) {
+    let t = tenant();
+    let forever = 366 * 86_400_000;
+    let tenant_wide = rule(
+        &t,
+        "tenant",
+        LimitSpec::new(Algorithm::FixedWindow, 50, forever),
+        1,
+    );
+    let routes = [
+        rule(
+            &t,
+            "route-a",
+            LimitSpec::new(Algorithm::TokenBucket, 100, forever),
+            1,
+        ),
+        rule(
+            &t,
+            "route-b",
+            LimitSpec::new(Algorithm::SlidingLog, 100, forever),
+            1,
+        ),
+    ];
+    let limiter = Arc::new(b.limiter.clone());
+    let tasks = (0..300).map(|i| {
+        let limiter = limiter.clone();
+        let req = request(
+            &t,
+            vec![tenant_wide.clone(), routes[i % 2].clone()],
+            Some(T0),
+        );
+        tokio::spawn(async move { (i % 2, limiter.check(&req).await.unwrap().allowed) })
+    });
+    let results: Vec<(usize, bool)> = join_all(tasks)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let allowed = |route: Option<usize>| {
+        results
+            .iter()
+            .filter(|(r, ok)| *ok && route.is_none_or(|x| x == *r))
+            .count()
+    };
+    assert_eq!(allowed(None), 50);
+    // Read each bucket's consumption back through a zero-impact probe: a check that cannot
+    // fit reports the remaining capacity without consuming.
+    let remaining = |r: &RuleCheck| {
+        let probe = RuleCheck {
+            cost: r.spec.capacity() + 1,
+            ..r.clone()
+        };
+        let req = request(&t, vec![probe], Some(T0));
+        async move { b.check(&req).await.decisions[0].remaining }
+    };
+    assert_eq!(remaining(&tenant_wide).await, 50.0 - allowed(None) as f64);
+    assert_eq!(remaining(&routes[0]).await, 100.0 - allowed(Some(0)) as f64);
+    assert_eq!(remaining(&routes[1]).await, 100.0 - allowed(Some(1)) as f64);
+}
+
+async fn shadow_rules_report_but_never_block(b: &Backend) {
+    let t = tenant();
+    let enforced = rule(
+        &t,
+        "enforced",
+        LimitSpec::new(Algorithm::Gcra, 10, 60_000),
+        1,
+    );
+    let shadow = RuleCheck {
+        shadow: true,
+        ..rule(
+            &t,
+            "shadow",
+            LimitSpec::new(Algorithm::FixedWindow, 2, 60_000),
+            1,
+        )
+    };
+    let mut verdicts = Vec::new();
+    for _ in 0..5 {
+        let out = b
+            .check(&request(
+                &t,
+                vec![enforced.clone(), shadow.clone()],
+                Some(T0),
+            ))
+            .await;
+        assert!(out.allowed, "a shadow rule must not block: {out:?}");
+        verdicts.push(out.decisions[1].verdict);
+    }
+    assert_eq!(
+        verdicts,
+        [
+            Verdict::Allow,
+            Verdict::Allow,
+            Verdict::Deny,
+            Verdict::Deny,
+            Verdict::Deny
+        ]
+    );
+    let probe = RuleCheck {
+        cost: 11,
+        ..enforced.clone()
+    };
+    assert_eq!(
+        b.check(&request(&t, vec![probe], Some(T0))).await.decisions[0].remaining,
+        5.0
+    );
+}
+
+async fn invalid_checks_are_refused_without_touching_state(b: &Backend) {
+    let t = tenant();
+    let ok = rule(&t, "r", LimitSpec::new(Algorithm::Gcra, 10, 1000), 1);
+    let refused = |req: CheckRequest| async move {
+        match b.limiter.check(&req).await {
+            Err(e @ LimiterError::Invalid(_)) => assert!(!e.is_transient()),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    };
+    refused(request(&t, vec![ok.clone(); 9], None)).await;
+    refused(request(&t, vec![], None)).await;
+    refused(request(
+        &t,
+        vec![RuleCheck {
+            cost: 0,
+            ..ok.clone()
+        }],
+        None,
+    ))
+    .await;
+    refused(request(
+        &t,
+        vec![RuleCheck {
+            spec: LimitSpec::new(Algorithm::Gcra, 0, 1000),
+            ..ok.clone()
+        }],
+        None,
+    ))
+    .await;
+    refused(request(
+        &t,
+        vec![RuleCheck {
+            key: keys::bucket("other", "r", None),
+            ..ok.clone()
+        }],
+        None,
+    ))
+    .await;
+    assert!(b.snapshot(&ok.key).await.is_none());
+}
+
+#[test]
+fn the_in_process_limiter_admits_exactly_the_limit_from_many_threads() {
+    for spec in specs(100, 366 * 86_400_000) {
+        let memory = MemoryBackend::new();
+        let t = tenant();
+        let req = request(&t, vec![rule(&t, "hot", spec, 1)], None);
+        let allowed = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            for _ in 0..20 {
+                scope.spawn(|| {
+                    for _ in 0..25 {
+                        if memory.check(&req).allowed {
+                            allowed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(allowed.into_inner(), 100, "{spec:?}");
+    }
+}
+
+// ---- Redis only -------------------------------------------------------------------------
+
+/// A random spec for `algorithm`: small limits and periods so sequences hit every branch.
+fn random_spec(rng: &mut SmallRng, algorithm: Algorithm) -> LimitSpec {
+    let limit = if rng.gen_bool(0.2) {
+        rng.gen_range(1..=3)
+    } else {
+        rng.gen_range(1..=40)
+    };
+    let period_ms = match rng.gen_range(0..4) {
+        0 => rng.gen_range(1..=10),
+        1 => rng.gen_range(10..=1000),
+        2 => rng.gen_range(1000..=60_000),
+        _ => rng.gen_range(1..=86_400_000),
+    };
+    let burst = (algorithm.has_burst() && rng.gen_bool(0.5)).then(|| rng.gen_range(1..=60));
+    LimitSpec {
+        algorithm,
+        limit,
+        period_ms,
+        burst,
+        penalty: rng.gen_bool(0.3),
+    }
+}
+
+fn random_step(rng: &mut SmallRng, period: u64) -> i64 {
+    let period = period as i64;
+    match rng.gen_range(0..10) {
+        0 => 0,
+        1 => -rng.gen_range(0..=period.min(5_000)),
+        2 => rng.gen_range(0..=period * 3),
+        _ => rng.gen_range(0..=(period / 4).max(1)),
+    }
+}
+
+/// Drives one random sequence through Redis (explicit clock) and the model side by side;
+/// returns the first disagreement.
+async fn differential_sequence(
+    limiter: &Limiter,
+    seed: u64,
+    algorithms: &[Algorithm],
+) -> Result<(), String> {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let t = format!("diff-{seed}");
+    let specs: Vec<LimitSpec> = algorithms
+        .iter()
+        .map(|a| random_spec(&mut rng, *a))
+        .collect();
+    let shadows: Vec<bool> = specs
+        .iter()
+        .map(|_| algorithms.len() > 1 && rng.gen_bool(0.25))
+        .collect();
+    let mut states: Vec<Option<State>> = vec![None; specs.len()];
+    let mut now = T0 + rng.gen_range(0..1_000_000_000);
+    for step in 0..25 {
+        now += random_step(&mut rng, specs[0].period_ms);
+        let costs: Vec<u64> = specs
+            .iter()
+            .map(|s| {
+                if rng.gen_bool(0.05) {
+                    s.capacity() + 1
+                } else {
+                    rng.gen_range(1..=s.capacity().min(8))
+                }
+            })
+            .collect();
+        let rules: Vec<RuleCheck> = specs
+            .iter()
+            .enumerate()
+            .map(|(i, s)| RuleCheck {
+                key: keys::bucket(&t, &format!("r{i}"), None),
+                spec: *s,
+                cost: costs[i],
+                shadow: shadows[i],
+            })
+            .collect();
+        let lua = limiter
+            .check(&request(&t, rules, Some(now)))
+            .await
+            .map_err(|e| e.to_string())?;
+        let inputs: Vec<RuleInput<'_>> = specs
+            .iter()
+            .zip(&costs)
+            .zip(&shadows)
+            .map(|((s, c), sh)| RuleInput {
+                spec: s,
+                cost: *c,
+                shadow: *sh,
+            })
+            .collect();
+        let refs: Vec<Option<&State>> = states.iter().map(Option::as_ref).collect();
+        let rust = model::check_all(&inputs, &refs, now);
+        if lua.allowed != rust.allowed || lua.decisions != rust.decisions {
+            return Err(format!(
+                "seed {seed}, step {step}, now {now}, specs {specs:?}, costs {costs:?}, shadows {shadows:?}, \
+                 states before {states:?}\n  lua:   {:?} {:?}\n  model: {:?} {:?}",
+                lua.allowed, lua.decisions, rust.allowed, rust.decisions
+            ));
+        }
+        for (state, write) in states.iter_mut().zip(rust.writes) {
+            if let Some((new, _ttl)) = write {
+                *state = Some(new);
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn run_differential(seeds: std::ops::Range<u64>, pick: impl Fn(u64) -> Vec<Algorithm>) {
+    let server = RedisServer::start();
+    let limiter = Limiter::connect(&LimiterTarget::Redis(server.url()), options(4))
+        .await
+        .unwrap();
+    let mut failures = Vec::new();
+    let seeds: Vec<u64> = seeds.collect();
+    for chunk in seeds.chunks(64) {
+        let results = join_all(chunk.iter().map(|&seed| {
+            let algorithms = pick(seed);
+            let limiter = &limiter;
+            async move { differential_sequence(limiter, seed, &algorithms).await }
+        }))
+        .await;
+        failures.extend(results.into_iter().filter_map(Result::err));
+    }
+    assert!(
+        failures.is_empty(),
+        "{} sequences disagree; first:\n{}",
+        failures.len(),
+        failures[0]
+    );
+}
+
+#[tokio::test]
+async fn lua_and_the_model_agree_on_1000_random_sequences_per_algorithm() {
+    for (i, algorithm) in Algorithm::ALL.into_iter().enumerate() {
+        let base = i as u64 * 10_000;
+        run_differential(base..base + 1000, |_| vec![algorithm]).await;
+    }
+}
+
+#[tokio::test]
+async fn lua_and_the_model_agree_on_multi_rule_sequences_with_shadows() {
+    run_differential(100_000..100_500, |seed| {
+        let mut rng = SmallRng::seed_from_u64(seed ^ 0xA5A5);
+        (0..rng.gen_range(2..=4))
+            .map(|_| Algorithm::ALL[rng.gen_range(0..6)])
+            .collect()
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn checks_survive_script_flush_and_a_redis_restart() {
+    let mut server = RedisServer::start();
+    let limiter = Limiter::connect(&LimiterTarget::Redis(server.url()), options(2))
+        .await
+        .unwrap();
+    let t = tenant();
+    let req = request(
+        &t,
+        vec![rule(
+            &t,
+            "r",
+            LimitSpec::new(Algorithm::TokenBucket, 1000, 1000),
+            1,
+        )],
+        None,
+    );
+    assert!(limiter.check(&req).await.unwrap().allowed);
+    assert_eq!(server.cli(&["SCRIPT", "FLUSH"]).trim(), "OK");
+    for _ in 0..4 {
+        // Every pooled connection meets the flushed cache at least once.
+        assert!(limiter.check(&req).await.unwrap().allowed);
+    }
+    let sha = sluice::limiter::check_script_sha();
+    assert_eq!(
+        server.cli(&["SCRIPT", "EXISTS", sha]).trim(),
+        "1",
+        "EVAL reloaded the script"
+    );
+
+    server.restart();
+    for _ in 0..4 {
+        let out = limiter.check(&req).await;
+        assert!(
+            out.as_ref().is_ok_and(|o| o.allowed),
+            "after a restart: {out:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn checks_survive_script_flush_on_every_cluster_node() {
+    let cluster = tokio::task::spawn_blocking(RedisCluster::start)
+        .await
+        .unwrap();
+    let limiter = Limiter::connect(&LimiterTarget::Cluster(cluster.urls()), options(2))
+        .await
+        .unwrap();
+    let tenants: Vec<String> = (0..30).map(|_| tenant()).collect();
+    let req = |t: &String| {
+        request(
+            t,
+            vec![rule(t, "r", LimitSpec::new(Algorithm::Gcra, 1000, 1000), 1)],
+            None,
+        )
+    };
+    for t in &tenants {
+        assert!(limiter.check(&req(t)).await.unwrap().allowed);
+    }
+    for node in &cluster.nodes {
+        assert_eq!(node.cli(&["SCRIPT", "FLUSH"]).trim(), "OK");
+    }
+    for t in &tenants {
+        assert!(limiter.check(&req(t)).await.unwrap().allowed);
+    }
+}
+
+#[tokio::test]
+async fn a_steady_state_check_is_exactly_one_evalsha() {
+    let server = RedisServer::start();
+    let limiter = Limiter::connect(&LimiterTarget::Redis(server.url()), options(1))
+        .await
+        .unwrap();
+    let t = tenant();
+    let rules = vec![
+        rule(
+            &t,
+            "a",
+            LimitSpec::new(Algorithm::SlidingWindow, 1000, 1000),
+            1,
+        ),
+        rule(
+            &t,
+            "b",
+            LimitSpec::new(Algorithm::TokenBucket, 1000, 1000),
+            1,
+        ),
+    ];
+    let req = request(&t, rules, None);
+    limiter.check(&req).await.unwrap();
+    // MONITOR shows every command a client sends; commands a script runs are tagged "lua".
+    let mut monitor = std::process::Command::new(crate::services::binary("redis-cli"))
+        .args(["-p", &server.port.to_string(), "MONITOR"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for _ in 0..10 {
+        limiter.check(&req).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    monitor.kill().unwrap();
+    let output = monitor.wait_with_output().unwrap();
+    let lines = String::from_utf8_lossy(&output.stdout).into_owned();
+    let from_clients: Vec<&str> = lines
+        .lines()
+        .filter(|l| l.contains(" [0 127.0.0.1:"))
+        .collect();
+    assert_eq!(from_clients.len(), 10, "{lines}");
+    assert!(
+        from_clients
+            .iter()
+            .all(|l| l.contains(r#""EVALSHA""#) || l.contains(r#""evalsha""#)),
+        "{lines}"
+    );
+    assert!(
+        lines.contains("[0 lua]"),
+        "the script's own commands are visible too: {lines}"
+    );
+}
+
+#[tokio::test]
+async fn a_tenants_keys_share_one_slot_and_200_tenants_spread_over_all_masters() {
+    let cluster = tokio::task::spawn_blocking(RedisCluster::start)
+        .await
+        .unwrap();
+    let node = &cluster.nodes[0];
+    let t = tenant();
+    let tenant_keys = [
+        keys::bucket(&t, "rule-1", None),
+        keys::bucket(&t, "rule-2", Some("alice")),
+        keys::bucket(&t, "rule-3", Some(&"long subject ".repeat(20))),
+        keys::request(&t, "req-1"),
+    ];
+    let slots: Vec<String> = tenant_keys
+        .iter()
+        .map(|k| node.cli(&["CLUSTER", "KEYSLOT", k]).trim().to_owned())
+        .collect();
+    assert!(slots.iter().all(|s| *s == slots[0]), "{slots:?}");
+    assert_eq!(
+        slots[0],
+        keys::slot(&tenant_keys[0]).to_string(),
+        "our slot function agrees with Redis"
+    );
+
+    // Write one bucket for each of 200 tenants through the cluster limiter.
+    let limiter = Limiter::connect(&LimiterTarget::Cluster(cluster.urls()), options(2))
+        .await
+        .unwrap();
+    for _ in 0..200 {
+        let t = tenant();
+        let req = request(
+            &t,
+            vec![rule(
+                &t,
+                "r",
+                LimitSpec::new(Algorithm::FixedWindow, 10, 60_000),
+                1,
+            )],
+            None,
+        );
+        assert!(limiter.check(&req).await.unwrap().allowed);
+    }
+    let per_master: Vec<usize> = cluster
+        .nodes
+        .iter()
+        .map(|n| n.cli(&["DBSIZE"]).trim().parse().unwrap())
+        .collect();
+    assert_eq!(per_master.iter().sum::<usize>(), 200, "{per_master:?}");
+    assert!(
+        per_master.iter().all(|&n| n >= 30),
+        "every master holds tenants: {per_master:?}"
+    );
+}
