@@ -12,8 +12,9 @@ pub const MAX_PERIOD_MS: u64 = 366 * 24 * 60 * 60 * 1000;
 /// The largest `limit` (and `burst`). Decisions are computed in IEEE doubles, identically in
 /// Rust and in Redis's Lua; below this bound every count they hold is an exact integer.
 pub const MAX_LIMIT: u64 = 1_000_000_000;
-/// `sliding_log` keeps one entry per admitted request, so its memory grows with its limit.
-pub const MAX_LOG_LIMIT: u64 = 10_000;
+/// `sliding_log` keeps one entry per admitted request, so its memory and its script time grow
+/// with its limit (see docs/ALGORITHMS.md); above this, `sliding_window` is the better choice.
+pub const MAX_LOG_LIMIT: u64 = 1_000;
 /// The largest cost of one check.
 pub const MAX_COST: u64 = 1_000_000;
 

@@ -1,0 +1,115 @@
+//! Measures each algorithm on a private Redis: memory per active key (`MEMORY USAGE`),
+//! Redis-side time per check (`INFO commandstats`, the EVALSHA's usec_per_call), and how
+//! `sliding_log` grows with its limit. Prints the tables of `docs/ALGORITHMS.md`.
+//!
+//! Run: `cargo run -p server --example algorithms_bench` (needs `redis-server` on PATH;
+//! `scripts/setup` installs it). The Redis-side figures do not depend on this program's
+//! build profile.
+
+#![allow(clippy::print_stdout, clippy::unwrap_used, clippy::print_stderr)]
+
+#[allow(dead_code)]
+#[path = "../tests/api/services.rs"]
+mod services;
+
+use std::time::{Duration, Instant};
+
+use app::rules::{Algorithm, LimitSpec};
+use sluice::config::LimiterTarget;
+use sluice::limiter::{keys, CheckRequest, Limiter, RedisOptions, RuleCheck};
+
+/// Active keys per algorithm for the memory average.
+const KEYS: usize = 2_000;
+/// Checks per algorithm for the script-time average.
+const CHECKS: usize = 20_000;
+
+fn stat(server: &services::RedisServer, command: &str) -> (u64, f64) {
+    let stats = server.cli(&["INFO", "commandstats"]);
+    let line = stats
+        .lines()
+        .find(|l| l.starts_with(&format!("cmdstat_{command}:")))
+        .unwrap_or_else(|| panic!("no {command} in {stats}"));
+    let field = |name: &str| {
+        line.split([':', ','])
+            .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
+            .unwrap()
+            .parse::<f64>()
+            .unwrap()
+    };
+    (field("calls") as u64, field("usec_per_call"))
+}
+
+fn memory_usage(server: &services::RedisServer, key: &str) -> u64 {
+    server.cli(&["MEMORY", "USAGE", key, "SAMPLES", "0"]).trim().parse().unwrap()
+}
+
+async fn check(limiter: &Limiter, tenant: &str, rule: &str, subject: &str, spec: LimitSpec, cost: u64) -> bool {
+    let request = CheckRequest {
+        tenant: tenant.to_owned(),
+        rules: vec![RuleCheck { key: keys::bucket(tenant, rule, Some(subject)), spec, cost, shadow: false }],
+        request_id: None,
+        now_ms: None,
+    };
+    limiter.check(&request).await.unwrap().allowed
+}
+
+#[tokio::main]
+async fn main() {
+    let server = services::RedisServer::start();
+    let options = RedisOptions { timeout: Duration::from_secs(2), connections: 1 };
+    let limiter = Limiter::connect(&LimiterTarget::Redis(server.url()), options).await.unwrap();
+    let tenant = "bench-tenant";
+    let version = server.cli(&["INFO", "server"]);
+    let version = version.lines().find_map(|l| l.strip_prefix("redis_version:")).unwrap_or("?").trim().to_owned();
+    println!("Redis {version}; {KEYS} active keys and {CHECKS} checks per algorithm; limit 100 per 60 s.\n");
+    println!("| algorithm | memory per active key (bytes) | Redis time per check (µs) | client round trip p50 (µs) |");
+    println!("|---|---:|---:|---:|");
+    for algorithm in Algorithm::ALL {
+        let spec = LimitSpec::new(algorithm, 100, 60_000);
+        let rule = algorithm.as_str();
+        // Memory: every key admitted once, as after one request per subject.
+        for i in 0..KEYS {
+            check(&limiter, tenant, rule, &format!("k{i}"), spec, 1).await;
+        }
+        let sample: Vec<u64> = (0..KEYS)
+            .step_by(KEYS / 100)
+            .map(|i| memory_usage(&server, &keys::bucket(tenant, rule, Some(&format!("k{i}")))))
+            .collect();
+        let memory = sample.iter().sum::<u64>() as f64 / sample.len() as f64;
+        // Script time: a mix of admitted and denied checks over 200 hot keys.
+        server.cli(&["CONFIG", "RESETSTAT"]);
+        let mut latencies = Vec::with_capacity(CHECKS);
+        for i in 0..CHECKS {
+            let started = Instant::now();
+            check(&limiter, tenant, rule, &format!("hot{}", i % 200), spec, 1).await;
+            latencies.push(started.elapsed());
+        }
+        latencies.sort();
+        let (calls, usec) = stat(&server, "evalsha");
+        assert_eq!(calls, CHECKS as u64);
+        println!(
+            "| `{rule}` | {memory:.0} | {usec:.2} | {:.0} |",
+            latencies[latencies.len() / 2].as_secs_f64() * 1e6
+        );
+    }
+
+    println!("\n`sliding_log` keeps one entry per admitted request, so its cost follows its limit:\n");
+    println!("| limit | memory of a full key (bytes) | bytes per entry | Redis time per check on a full key (µs) |");
+    println!("|---:|---:|---:|---:|");
+    for limit in [10_u64, 100, 1_000] {
+        let spec = LimitSpec::new(Algorithm::SlidingLog, limit, 3_600_000);
+        let rule = format!("log-{limit}");
+        // Fill the key to its limit, one request at a time.
+        for _ in 0..limit {
+            assert!(check(&limiter, tenant, &rule, "full", spec, 1).await);
+        }
+        let memory = memory_usage(&server, &keys::bucket(tenant, &rule, Some("full")));
+        server.cli(&["CONFIG", "RESETSTAT"]);
+        let rounds = 200;
+        for _ in 0..rounds {
+            assert!(!check(&limiter, tenant, &rule, "full", spec, 1).await);
+        }
+        let (_, usec) = stat(&server, "evalsha");
+        println!("| {limit} | {memory} | {:.0} | {usec:.1} |", memory as f64 / limit as f64);
+    }
+}
