@@ -40,13 +40,29 @@ fn stat(server: &services::RedisServer, command: &str) -> (u64, f64) {
 }
 
 fn memory_usage(server: &services::RedisServer, key: &str) -> u64 {
-    server.cli(&["MEMORY", "USAGE", key, "SAMPLES", "0"]).trim().parse().unwrap()
+    server
+        .cli(&["MEMORY", "USAGE", key, "SAMPLES", "0"])
+        .trim()
+        .parse()
+        .unwrap()
 }
 
-async fn check(limiter: &Limiter, tenant: &str, rule: &str, subject: &str, spec: LimitSpec, cost: u64) -> bool {
+async fn check(
+    limiter: &Limiter,
+    tenant: &str,
+    rule: &str,
+    subject: &str,
+    spec: LimitSpec,
+    cost: u64,
+) -> bool {
     let request = CheckRequest {
         tenant: tenant.to_owned(),
-        rules: vec![RuleCheck { key: keys::bucket(tenant, rule, Some(subject)), spec, cost, shadow: false }],
+        rules: vec![RuleCheck {
+            key: keys::bucket(tenant, rule, Some(subject)),
+            spec,
+            cost,
+            shadow: false,
+        }],
         request_id: None,
         now_ms: None,
     };
@@ -56,11 +72,21 @@ async fn check(limiter: &Limiter, tenant: &str, rule: &str, subject: &str, spec:
 #[tokio::main]
 async fn main() {
     let server = services::RedisServer::start();
-    let options = RedisOptions { timeout: Duration::from_secs(2), connections: 1 };
-    let limiter = Limiter::connect(&LimiterTarget::Redis(server.url()), options).await.unwrap();
+    let options = RedisOptions {
+        timeout: Duration::from_secs(2),
+        connections: 1,
+    };
+    let limiter = Limiter::connect(&LimiterTarget::Redis(server.url()), options)
+        .await
+        .unwrap();
     let tenant = "bench-tenant";
     let version = server.cli(&["INFO", "server"]);
-    let version = version.lines().find_map(|l| l.strip_prefix("redis_version:")).unwrap_or("?").trim().to_owned();
+    let version = version
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .unwrap_or("?")
+        .trim()
+        .to_owned();
     println!("Redis {version}; {KEYS} active keys and {CHECKS} checks per algorithm; limit 100 per 60 s.\n");
     println!("| algorithm | memory per active key (bytes) | Redis time per check (µs) | client round trip p50 (µs) |");
     println!("|---|---:|---:|---:|");
@@ -93,7 +119,9 @@ async fn main() {
         );
     }
 
-    println!("\n`sliding_log` keeps one entry per admitted request, so its cost follows its limit:\n");
+    println!(
+        "\n`sliding_log` keeps one entry per admitted request, so its cost follows its limit:\n"
+    );
     println!("| limit | memory of a full key (bytes) | bytes per entry | Redis time per check on a full key (µs) |");
     println!("|---:|---:|---:|---:|");
     for limit in [10_u64, 100, 1_000] {
@@ -110,6 +138,9 @@ async fn main() {
             assert!(!check(&limiter, tenant, &rule, "full", spec, 1).await);
         }
         let (_, usec) = stat(&server, "evalsha");
-        println!("| {limit} | {memory} | {:.0} | {usec:.1} |", memory as f64 / limit as f64);
+        println!(
+            "| {limit} | {memory} | {:.0} | {usec:.1} |",
+            memory as f64 / limit as f64
+        );
     }
 }
