@@ -1,5 +1,5 @@
 // Playwright drives Debian's Chromium (no browser download). The server under test is the
-// debug build that `cargo leptos build` produced, started here on its own port with a fresh
+// build that `cargo leptos build --release` produced (SLUICE_E2E_PROFILE=debug for a debug one), started here on its own port with a fresh
 // data directory, so a developer's running instance is never touched.
 import { defineConfig } from '@playwright/test';
 import { mkdtempSync } from 'node:fs';
@@ -8,7 +8,7 @@ import { join } from 'node:path';
 
 const port = Number(process.env.SLUICE_E2E_PORT ?? 3137);
 const dataDir = mkdtempSync(join(tmpdir(), 'sluice-e2e-'));
-const profile = process.env.SLUICE_E2E_PROFILE ?? 'debug';
+const profile = process.env.SLUICE_E2E_PROFILE ?? 'release';
 
 export default defineConfig({
   testDir: './tests',
