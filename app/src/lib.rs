@@ -3,7 +3,8 @@
 //! It is organised by feature; each feature folder holds its DTOs, server functions and views:
 //! - [`status`] (the instance status widget: mode, store, limiter, readiness);
 //! - [`auth`] (sign-in);
-//! - [`rules`] (limit specs, their validation, and the reference model of every algorithm).
+//! - [`keys`] (key kinds and the shape of a key);
+//! - [`rules`] (rules, limit specs, their validation, and the reference model of every algorithm).
 //!
 //! Shared pieces:
 //! - [`error`] — [`AppError`], the one error type every server function returns;
@@ -13,6 +14,7 @@
 
 pub mod auth;
 pub mod error;
+pub mod keys;
 #[cfg(feature = "ssr")]
 pub mod port;
 mod root;

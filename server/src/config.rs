@@ -27,6 +27,23 @@ pub enum Command {
     Serve,
     /// Apply the database migrations and exit.
     Migrate,
+    /// Manage API keys from the server host.
+    #[command(subcommand)]
+    Key(KeyCommand),
+}
+
+/// `sluice key …`
+#[derive(Debug, Subcommand)]
+pub enum KeyCommand {
+    /// Create a key and print it once. Only its SHA-256 is stored.
+    Create {
+        /// An operator key (acts on every tenant). The first one can only come from here.
+        #[arg(long)]
+        operator: bool,
+        /// A name to recognise the key by in lists and the audit log.
+        #[arg(long, default_value = "operator")]
+        name: String,
+    },
 }
 
 /// Server settings. Everything has a default that gives a working embedded instance.

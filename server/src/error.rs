@@ -22,6 +22,12 @@ pub enum ApiError {
     NotFound,
     #[error("{0}")]
     Conflict(String),
+    /// Input that fails validation, field by field.
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Invalid(Vec<app::rules::FieldError>),
+    /// The limiter could not decide and a rule fails closed.
+    #[error("{0}")]
+    Undecided(String),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -36,12 +42,16 @@ pub struct Problem {
     pub title: &'static str,
     pub status: u16,
     pub detail: String,
+    /// Per-field validation errors, when the input was invalid.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<app::rules::FieldError>,
 }
 
 impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
-            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::BadRequest(_) | ApiError::Invalid(_) => StatusCode::BAD_REQUEST,
+            ApiError::Undecided(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound => StatusCode::NOT_FOUND,
@@ -76,11 +86,16 @@ impl ApiError {
             }
             other => other.to_string(),
         };
+        let errors = match self {
+            ApiError::Invalid(errors) => errors.clone(),
+            _ => Vec::new(),
+        };
         Problem {
             kind,
             title,
             status: status.as_u16(),
             detail,
+            errors,
         }
     }
 }
@@ -98,5 +113,40 @@ impl IntoResponse for ApiError {
             body,
         )
             .into_response()
+    }
+}
+
+impl From<crate::service::ServiceError> for ApiError {
+    fn from(e: crate::service::ServiceError) -> Self {
+        use crate::service::ServiceError;
+        match e {
+            ServiceError::NotFound(_) => ApiError::NotFound,
+            ServiceError::Forbidden(m) => ApiError::Forbidden(m),
+            ServiceError::Invalid(fields) => ApiError::Invalid(fields),
+            ServiceError::Store(StoreError::Conflict(what)) => {
+                ApiError::Conflict(format!("{what} already exists"))
+            }
+            ServiceError::Store(e) => ApiError::Store(e),
+        }
+    }
+}
+
+/// A JSON body extractor whose rejections are problem+json 400s.
+#[derive(Debug)]
+pub struct AppJson<T>(pub T);
+
+impl<S, T> axum::extract::FromRequest<S> for AppJson<T>
+where
+    axum::Json<T>:
+        axum::extract::FromRequest<S, Rejection = axum::extract::rejection::JsonRejection>,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::Json::<T>::from_request(req, state).await {
+            Ok(axum::Json(value)) => Ok(AppJson(value)),
+            Err(rejection) => Err(ApiError::BadRequest(rejection.body_text())),
+        }
     }
 }

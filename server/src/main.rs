@@ -1,7 +1,7 @@
 //! `sluice`: parse the configuration, build the instance, serve until stopped.
 
 use clap::Parser;
-use sluice::config::{Cli, Command};
+use sluice::config::{Cli, Command, KeyCommand};
 use sluice::startup::Application;
 
 #[tokio::main]
@@ -13,6 +13,14 @@ async fn main() -> anyhow::Result<()> {
             let app = Application::build(cli.config).await?;
             announce(&app);
             app.run_until_stopped().await
+        }
+        Command::Key(KeyCommand::Create { operator, name }) => {
+            anyhow::ensure!(operator, "only operator keys are created here (--operator); tenant keys come from the API or the console");
+            let db = sluice::store::Db::connect(&cli.config.database_url()).await?;
+            db.migrate().await?;
+            let key = sluice::cli::create_operator_key(&db, &name).await?;
+            print_key(&key);
+            Ok(())
         }
         Command::Migrate => {
             let url = cli.config.database_url();
@@ -44,4 +52,17 @@ fn announce(app: &Application) {
     println!("  Console sign-in is not built yet: there is nothing to log in with.");
     println!("  Stop with Ctrl-C.");
     println!();
+}
+
+/// Prints a new key once, with what to do with it.
+#[allow(clippy::print_stdout)]
+fn print_key(key: &str) {
+    println!("{key}");
+    eprintln_hint();
+}
+
+#[allow(clippy::print_stderr)]
+fn eprintln_hint() {
+    eprintln!("This operator key is shown once and stored only as its SHA-256. Keep it secret;");
+    eprintln!("send it as `X-API-Key` (or `Authorization: Bearer`) to /v1/admin.");
 }

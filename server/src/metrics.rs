@@ -6,7 +6,8 @@ use axum::http::header::CONTENT_TYPE;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder,
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
+    TextEncoder,
 };
 
 /// Every metric of one server instance, registered in its own registry (so tests that run
@@ -16,7 +17,26 @@ pub struct Metrics {
     registry: Registry,
     pub http_requests: IntCounterVec,
     pub http_duration: HistogramVec,
+    /// Check decisions by deciding policy (rule name) and outcome.
+    pub decisions: IntCounterVec,
+    /// Shadow rules that would have denied, by policy.
+    pub shadow_would_deny: IntCounterVec,
+    /// Checks allowed because the limiter could not decide and the rule fails open.
+    pub fail_open: IntCounterVec,
+    /// Checks refused with 503 because the limiter could not decide and the rule fails closed.
+    pub fail_closed: IntCounterVec,
+    /// Whole `/v1/check` handling time.
+    pub decision_seconds: Histogram,
+    /// Time of the limiter call (one Redis round trip, or the in-process evaluation).
+    pub limiter_seconds: Histogram,
+    /// Key and tenant cache lookups by result (hit, miss, stale, absent).
+    pub cache_lookups: IntCounterVec,
 }
+
+const LATENCY_BUCKETS: [f64; 14] = [
+    0.00005, 0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0015, 0.0025, 0.005, 0.01, 0.025, 0.05,
+    0.1, 0.25,
+];
 
 impl Metrics {
     pub fn new(mode: &str, database: &str, limiter: &str) -> Self {
@@ -48,10 +68,54 @@ impl Metrics {
             &["method", "route"],
         )
         .expect("valid metric");
+        let counter = |name: &str, help: &str, labels: &[&str]| {
+            IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric")
+        };
+        let decisions = counter(
+            "decisions_total",
+            "Check decisions by deciding policy and outcome.",
+            &["policy", "outcome"],
+        );
+        let shadow_would_deny = counter(
+            "shadow_would_deny_total",
+            "Shadow rules that would have denied.",
+            &["policy"],
+        );
+        let fail_open = counter(
+            "fail_open_total",
+            "Checks allowed because the limiter could not decide (fail_open rules).",
+            &["policy"],
+        );
+        let fail_closed = counter(
+            "fail_closed_total",
+            "Checks refused with 503 because the limiter could not decide (fail_closed rules).",
+            &["policy"],
+        );
+        let cache_lookups = counter(
+            "cache_lookups_total",
+            "Key and tenant cache lookups by result.",
+            &["cache", "result"],
+        );
+        let histogram = |name: &str, help: &str| {
+            Histogram::with_opts(HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec()))
+                .expect("valid metric")
+        };
+        let decision_seconds = histogram("decision_seconds", "Time to handle one /v1/check.");
+        let limiter_seconds = histogram(
+            "limiter_seconds",
+            "Time of the limiter call (the Redis round trip in distributed mode).",
+        );
         for collector in [
             Box::new(build_info) as Box<dyn prometheus::core::Collector>,
             Box::new(http_requests.clone()),
             Box::new(http_duration.clone()),
+            Box::new(decisions.clone()),
+            Box::new(shadow_would_deny.clone()),
+            Box::new(fail_open.clone()),
+            Box::new(fail_closed.clone()),
+            Box::new(cache_lookups.clone()),
+            Box::new(decision_seconds.clone()),
+            Box::new(limiter_seconds.clone()),
         ] {
             registry
                 .register(collector)
@@ -61,7 +125,19 @@ impl Metrics {
             registry,
             http_requests,
             http_duration,
+            decisions,
+            shadow_would_deny,
+            fail_open,
+            fail_closed,
+            decision_seconds,
+            limiter_seconds,
+            cache_lookups,
         }
+    }
+
+    /// Counts one cache lookup.
+    pub fn cache(&self, cache: &str, result: &str) {
+        self.cache_lookups.with_label_values(&[cache, result]).inc();
     }
 
     /// The text exposition of every metric.

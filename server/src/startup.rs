@@ -14,12 +14,19 @@ use leptos::prelude::{provide_context, Env, LeptosOptions};
 use leptos_axum::{generate_route_list, LeptosRoutes};
 use tokio::net::TcpListener;
 
-use crate::config::Config;
+use crate::auth::{Authenticator, UsageRecorder};
+use crate::cache::Caches;
+use crate::config::{Config, LimiterTarget};
 use crate::console::ConsoleService;
 use crate::limiter::{Limiter, RedisOptions};
 use crate::metrics::{self, Metrics};
+use crate::propagation::{self, Bus};
+use crate::service::AdminService;
 use crate::store::Db;
-use crate::{health, telemetry};
+use crate::{admin_api, check, health, telemetry};
+
+/// How often key usage (`last_used_at`) is written.
+const USAGE_FLUSH: Duration = Duration::from_secs(10);
 
 /// Everything a request handler may need. Handlers extract only their part.
 #[derive(Debug, Clone, FromRef)]
@@ -29,6 +36,8 @@ pub struct AppState {
     pub limiter: Limiter,
     pub metrics: Metrics,
     pub console: SharedConsole,
+    pub auth: Authenticator,
+    pub service: AdminService,
 }
 
 /// The router of one instance. Tests can drive it with `oneshot`, without a socket.
@@ -41,6 +50,12 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(metrics::handler))
+        .route(
+            "/v1/check",
+            axum::routing::post(check::check)
+                .layer(axum::extract::DefaultBodyLimit::max(check::MAX_BODY_BYTES)),
+        )
+        .merge(admin_api::routes())
         .leptos_routes_with_context(
             &state,
             routes,
@@ -121,12 +136,29 @@ impl Application {
             limiter.kind().as_str(),
         );
         let console = ConsoleService::new(db.clone(), limiter.clone(), embedded);
+        let caches = Caches::default();
+        let usage = UsageRecorder::default();
+        let auth = Authenticator {
+            db: db.clone(),
+            caches: caches.clone(),
+            metrics: metrics.clone(),
+            usage: usage.clone(),
+        };
+        let service = AdminService::new(db.clone(), Bus::new(caches.clone(), &limiter));
+        match config.limiter_target() {
+            LimiterTarget::Redis(url) => drop(propagation::spawn_subscriber(caches, vec![url])),
+            LimiterTarget::Cluster(nodes) => drop(propagation::spawn_subscriber(caches, nodes)),
+            LimiterTarget::InProcess => {}
+        }
+        drop(usage.spawn_flusher(db.clone(), USAGE_FLUSH));
         let state = AppState {
             leptos_options: leptos_options(&config, address),
             db: db.clone(),
             limiter,
             metrics: metrics.clone(),
             console: SharedConsole(Arc::new(console)),
+            auth,
+            service,
         };
         let metrics_router = metrics_listener.as_ref().map(|_| {
             Router::new()
@@ -154,6 +186,11 @@ impl Application {
         self.metrics_listener
             .as_ref()
             .and_then(|l| l.local_addr().ok())
+    }
+
+    /// The configuration store this instance uses.
+    pub fn db(&self) -> Db {
+        self.db.clone()
     }
 
     pub fn is_embedded(&self) -> bool {

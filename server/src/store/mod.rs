@@ -6,6 +6,9 @@
 //! kind, and the small functions in the submodules dispatch on it with [`with_pool!`], so no
 //! caller ever sees which database is in use.
 
+pub mod audit;
+pub mod keys;
+pub mod rules;
 pub mod tenants;
 
 use std::str::FromStr;
@@ -36,6 +39,8 @@ pub enum StoreError {
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("{0} already exists")]
     Conflict(String),
+    #[error("unexpected value in the database: {0}")]
+    Corrupt(String),
 }
 
 impl StoreError {

@@ -2,8 +2,13 @@
 
 use std::net::SocketAddr;
 
+use app::keys::{display_prefix, format_key, KeyKind};
+use rand::RngCore;
+use reqwest::header::HeaderMap;
+use serde_json::{json, Value};
 use sluice::config::Config;
 use sluice::startup::Application;
+use sluice::store::Db;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -12,6 +17,7 @@ pub struct TestApp {
     pub address: SocketAddr,
     pub metrics_address: Option<SocketAddr>,
     pub client: reqwest::Client,
+    pub db: Db,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<anyhow::Result<()>>>,
     _data_dir: Option<tempfile::TempDir>,
@@ -28,6 +34,55 @@ impl TestApp {
             .send()
             .await
             .expect("GET reaches the server")
+    }
+
+    /// Sends a request with an API key and a JSON body; returns status, headers and the
+    /// JSON answer (`Value::Null` when there is none).
+    pub async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        key: Option<&str>,
+        body: Option<&Value>,
+    ) -> (u16, HeaderMap, Value) {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let mut request = self.client.request(method, self.url(path));
+        if let Some(key) = key {
+            request = request.header("x-api-key", key);
+        }
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let response = request.send().await.expect("the server answers");
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let text = response.text().await.unwrap();
+        (
+            status,
+            headers,
+            serde_json::from_str(&text).unwrap_or(Value::Null),
+        )
+    }
+
+    /// `POST /v1/check` with `key`.
+    pub async fn check(&self, key: &str, body: Value) -> (u16, HeaderMap, Value) {
+        self.call("POST", "/v1/check", Some(key), Some(&body)).await
+    }
+
+    /// A new operator key, made as `sluice key create --operator` makes it.
+    pub async fn operator_key(&self) -> String {
+        sluice::cli::create_operator_key(&self.db, "tests")
+            .await
+            .unwrap()
+    }
+
+    /// The value of a metric line that starts with `prefix` (0 when absent).
+    pub async fn metric(&self, prefix: &str) -> f64 {
+        let text = self.get("/metrics").await.text().await.unwrap();
+        text.lines()
+            .filter(|l| l.starts_with(prefix))
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+            .sum()
     }
 
     /// Stops the server gracefully and returns how serving ended.
@@ -70,6 +125,7 @@ async fn spawn_app_keeping(config: Config, data_dir: Option<tempfile::TempDir>) 
     let app = Application::build(config).await.expect("the app builds");
     let address = app.address();
     let metrics_address = app.metrics_address();
+    let db = app.db();
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(app.run_until(async move {
         let _ = stopped.await;
@@ -78,8 +134,89 @@ async fn spawn_app_keeping(config: Config, data_dir: Option<tempfile::TempDir>) 
         address,
         metrics_address,
         client: reqwest::Client::new(),
+        db,
         stop: Some(stop),
         task: Some(task),
         _data_dir: data_dir,
     }
+}
+
+/// A fresh key of `kind`: (the key, its SHA-256, its display prefix), made as the console
+/// makes them.
+pub fn new_key(kind: KeyKind) -> (String, String, String) {
+    let mut random = [0_u8; 32];
+    rand::rngs::OsRng.fill_bytes(&mut random);
+    let key = format_key(kind, &random);
+    let hash = sluice::auth::sha256_hex(&key);
+    let prefix = display_prefix(&key);
+    (key, hash, prefix)
+}
+
+/// A tenant set up through the API: its id, an admin key, a check key and the check key's id.
+pub struct TenantSetup {
+    pub id: String,
+    pub admin_key: String,
+    pub check_key: String,
+    pub check_key_id: String,
+}
+
+/// Creates a tenant with `rules` through the admin API of `app`, as an operator would.
+pub async fn setup_tenant(app: &TestApp, operator: &str, rules: &[Value]) -> TenantSetup {
+    let name = format!("tenant-{}", uuid::Uuid::new_v4().simple());
+    let (status, _, tenant) = app
+        .call(
+            "POST",
+            "/v1/admin/tenants",
+            Some(operator),
+            Some(&json!({ "name": name })),
+        )
+        .await;
+    assert_eq!(status, 201, "{tenant}");
+    let id = tenant["id"].as_str().unwrap().to_owned();
+    let keys = format!("/v1/admin/tenants/{id}/keys");
+    let (admin_key, hash, prefix) = new_key(KeyKind::Admin);
+    let body = json!({ "kind": "admin", "name": "admin", "hash": hash, "prefix": prefix });
+    let (status, _, created) = app.call("POST", &keys, Some(operator), Some(&body)).await;
+    assert_eq!(status, 201, "{created}");
+    for rule in rules {
+        let (status, _, created) = app
+            .call(
+                "POST",
+                &format!("/v1/admin/tenants/{id}/rules"),
+                Some(&admin_key),
+                Some(rule),
+            )
+            .await;
+        assert_eq!(status, 201, "{created}");
+    }
+    let (check_key, hash, prefix) = new_key(KeyKind::Check);
+    let body = json!({ "kind": "check", "name": "service", "hash": hash, "prefix": prefix });
+    let (status, _, created) = app.call("POST", &keys, Some(&admin_key), Some(&body)).await;
+    assert_eq!(status, 201, "{created}");
+    let check_key_id = created["id"].as_str().unwrap().to_owned();
+    TenantSetup {
+        id,
+        admin_key,
+        check_key,
+        check_key_id,
+    }
+}
+
+/// A rule body with the usual defaults.
+pub fn rule(
+    name: &str,
+    match_kind: &str,
+    route: Option<&str>,
+    algorithm: &str,
+    limit: u64,
+    period_ms: u64,
+) -> Value {
+    let mut rule = json!({
+        "name": name, "match": match_kind, "scope": "tenant",
+        "algorithm": algorithm, "limit": limit, "period_ms": period_ms,
+    });
+    if let Some(route) = route {
+        rule["route"] = json!(route);
+    }
+    rule
 }

@@ -8,6 +8,7 @@
 mod helpers;
 mod services;
 
+mod check_api;
 mod harness;
 mod health;
 mod lifecycle;

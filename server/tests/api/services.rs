@@ -219,10 +219,20 @@ pub struct PostgresServer {
     data: PathBuf,
     root: PathBuf,
     run_as_postgres: bool,
+    extra_options: String,
 }
 
 impl PostgresServer {
     pub fn start() -> Self {
+        Self::start_with("")
+    }
+
+    /// A server that logs every statement it runs (read with [`PostgresServer::log`]).
+    pub fn start_logging_statements() -> Self {
+        Self::start_with("-c log_statement=all -c log_min_messages=warning")
+    }
+
+    fn start_with(extra_options: &str) -> Self {
         let root = tempfile::Builder::new()
             .prefix("sluice-pg-")
             .tempdir()
@@ -240,6 +250,7 @@ impl PostgresServer {
             data,
             root,
             run_as_postgres,
+            extra_options: extra_options.to_owned(),
         };
         server.pg(
             "initdb",
@@ -287,9 +298,10 @@ impl PostgresServer {
     fn start_process(&self) {
         let options = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off \
-             -c full_page_writes=off -c max_connections=300",
+             -c full_page_writes=off -c max_connections=300 {}",
             self.port,
-            self.root.display()
+            self.root.display(),
+            self.extra_options
         );
         let log = self.root.join("postgres.log").display().to_string();
         self.pg(
@@ -307,6 +319,11 @@ impl PostgresServer {
                 "start",
             ],
         );
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.root.join("postgres.log")).unwrap_or_default()
     }
 
     /// Stops the server at once, as a crash would.

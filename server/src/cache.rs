@@ -1,0 +1,338 @@
+//! The check path's caches: keys by hash (with a bounded negative cache, so a flood of random
+//! keys cannot hammer the database) and each tenant's status with its compiled rules.
+//!
+//! Entries are dropped when an admin change is announced on the [`crate::propagation`] bus;
+//! a time-based refresh is only a safety net. When the database is down a stale entry keeps
+//! serving: [`Lookup::Stale`] tells the caller to try a reload and fall back to it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use app::keys::KeyKind;
+use app::rules::MatchKind;
+
+use crate::store::keys::ApiKey;
+use crate::store::rules::Rule;
+use crate::store::tenants::Tenant;
+
+/// After this long an entry is reloaded (if the database answers).
+pub const REFRESH_AFTER: Duration = Duration::from_secs(60);
+/// How long an unknown key is remembered as unknown.
+pub const NEGATIVE_TTL: Duration = Duration::from_secs(10);
+/// At most this many keys are cached; past it the cache is cleared (and refills).
+pub const MAX_KEYS: usize = 100_000;
+/// At most this many unknown hashes are remembered.
+pub const MAX_NEGATIVE: usize = 10_000;
+/// At most this many tenants are cached.
+pub const MAX_TENANTS: usize = 10_000;
+
+/// What the check path needs to know about a key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CachedKey {
+    pub id: String,
+    pub tenant_id: Option<String>,
+    pub kind: Option<KeyKind>,
+    pub prefix: String,
+    pub expires_at: Option<i64>,
+    pub revoked: bool,
+}
+
+impl From<&ApiKey> for CachedKey {
+    fn from(key: &ApiKey) -> Self {
+        Self {
+            id: key.id.clone(),
+            tenant_id: key.tenant_id.clone(),
+            kind: key.kind(),
+            prefix: key.prefix.clone(),
+            expires_at: key.expires_at,
+            revoked: key.revoked_at.is_some(),
+        }
+    }
+}
+
+impl CachedKey {
+    pub fn is_live(&self, now_ms: i64) -> bool {
+        !self.revoked && self.expires_at.is_none_or(|at| at > now_ms)
+    }
+}
+
+/// A cache lookup.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Lookup<T> {
+    Fresh(T),
+    /// Older than [`REFRESH_AFTER`]: reload, and use this if the database does not answer.
+    Stale(T),
+    /// Known not to exist (keys only).
+    Absent,
+    Miss,
+}
+
+struct Entry<T> {
+    value: T,
+    loaded: Instant,
+}
+
+/// A tenant's status and its enabled rules, compiled for matching.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompiledTenant {
+    pub tenant: Tenant,
+    exact: HashMap<String, Vec<Arc<Rule>>>,
+    /// Prefix rules, longest prefix first.
+    prefixes: Vec<Arc<Rule>>,
+    default: Vec<Arc<Rule>>,
+    all: Vec<Arc<Rule>>,
+}
+
+impl CompiledTenant {
+    pub fn compile(tenant: Tenant, rules: Vec<Rule>) -> Self {
+        let mut compiled = Self {
+            tenant,
+            exact: HashMap::new(),
+            prefixes: Vec::new(),
+            default: Vec::new(),
+            all: Vec::new(),
+        };
+        for rule in rules.into_iter().filter(|r| r.body.enabled) {
+            let rule = Arc::new(rule);
+            match (rule.body.match_kind, rule.body.route.clone()) {
+                (MatchKind::Exact, Some(route)) => {
+                    compiled.exact.entry(route).or_default().push(rule)
+                }
+                (MatchKind::Prefix, Some(_)) => compiled.prefixes.push(rule),
+                (MatchKind::Default, _) => compiled.default.push(rule),
+                (MatchKind::All, _) => compiled.all.push(rule),
+                _ => {}
+            }
+        }
+        compiled
+            .prefixes
+            .sort_by_key(|r| std::cmp::Reverse(r.body.route.as_ref().map_or(0, String::len)));
+        compiled
+    }
+
+    pub fn is_active(&self) -> bool {
+        self.tenant.status == "active"
+    }
+
+    /// The rules that apply to `route`: the most specific route rules (exact, else the
+    /// longest matching prefix, else the defaults), then every `all` rule.
+    pub fn resolve(&self, route: &str) -> Vec<Arc<Rule>> {
+        let route_rules: Vec<Arc<Rule>> = if let Some(rules) = self.exact.get(route) {
+            rules.clone()
+        } else if let Some(first) = self.prefixes.iter().find(|r| {
+            r.body
+                .route
+                .as_deref()
+                .is_some_and(|p| route.starts_with(p))
+        }) {
+            let len = first.body.route.as_ref().map_or(0, String::len);
+            self.prefixes
+                .iter()
+                .filter(|r| {
+                    r.body
+                        .route
+                        .as_ref()
+                        .is_some_and(|p| p.len() == len && route.starts_with(p.as_str()))
+                })
+                .cloned()
+                .collect()
+        } else {
+            self.default.clone()
+        };
+        route_rules
+            .into_iter()
+            .chain(self.all.iter().cloned())
+            .collect()
+    }
+}
+
+/// The caches of one instance. Cloning shares them.
+#[derive(Clone, Default)]
+pub struct Caches {
+    keys: Arc<RwLock<HashMap<String, Entry<CachedKey>>>>,
+    unknown: Arc<RwLock<HashMap<String, Instant>>>,
+    tenants: Arc<RwLock<HashMap<String, Entry<Arc<CompiledTenant>>>>>,
+}
+
+impl std::fmt::Debug for Caches {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Caches").finish_non_exhaustive()
+    }
+}
+
+fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    lock.read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Caches {
+    pub fn key(&self, hash: &str) -> Lookup<CachedKey> {
+        if let Some(entry) = read(&self.keys).get(hash) {
+            let value = entry.value.clone();
+            return if entry.loaded.elapsed() < REFRESH_AFTER {
+                Lookup::Fresh(value)
+            } else {
+                Lookup::Stale(value)
+            };
+        }
+        match read(&self.unknown).get(hash) {
+            Some(at) if at.elapsed() < NEGATIVE_TTL => Lookup::Absent,
+            _ => Lookup::Miss,
+        }
+    }
+
+    pub fn put_key(&self, hash: &str, key: CachedKey) {
+        write(&self.unknown).remove(hash);
+        let mut keys = write(&self.keys);
+        if keys.len() >= MAX_KEYS {
+            keys.clear();
+        }
+        keys.insert(
+            hash.to_owned(),
+            Entry {
+                value: key,
+                loaded: Instant::now(),
+            },
+        );
+    }
+
+    pub fn put_unknown_key(&self, hash: &str) {
+        let mut unknown = write(&self.unknown);
+        if unknown.len() >= MAX_NEGATIVE {
+            unknown.retain(|_, at| at.elapsed() < NEGATIVE_TTL);
+            if unknown.len() >= MAX_NEGATIVE {
+                unknown.clear();
+            }
+        }
+        unknown.insert(hash.to_owned(), Instant::now());
+    }
+
+    pub fn tenant(&self, tenant_id: &str) -> Lookup<Arc<CompiledTenant>> {
+        match read(&self.tenants).get(tenant_id) {
+            Some(e) if e.loaded.elapsed() < REFRESH_AFTER => Lookup::Fresh(e.value.clone()),
+            Some(e) => Lookup::Stale(e.value.clone()),
+            None => Lookup::Miss,
+        }
+    }
+
+    pub fn put_tenant(&self, compiled: Arc<CompiledTenant>) {
+        let mut tenants = write(&self.tenants);
+        if tenants.len() >= MAX_TENANTS {
+            tenants.clear();
+        }
+        tenants.insert(
+            compiled.tenant.id.clone(),
+            Entry {
+                value: compiled,
+                loaded: Instant::now(),
+            },
+        );
+    }
+
+    /// Forgets a key, known or unknown (a key created with this hash must be found next).
+    pub fn drop_key(&self, hash: &str) {
+        write(&self.keys).remove(hash);
+        write(&self.unknown).remove(hash);
+    }
+
+    pub fn drop_tenant(&self, tenant_id: &str) {
+        write(&self.tenants).remove(tenant_id);
+    }
+
+    pub fn clear(&self) {
+        write(&self.keys).clear();
+        write(&self.unknown).clear();
+        write(&self.tenants).clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use app::rules::{Algorithm, FailureMode, RuleBody, Scope};
+
+    fn rule(name: &str, match_kind: MatchKind, route: Option<&str>) -> Rule {
+        Rule {
+            id: name.to_owned(),
+            tenant_id: "t".to_owned(),
+            body: RuleBody {
+                name: name.to_owned(),
+                match_kind,
+                route: route.map(str::to_owned),
+                scope: Scope::Tenant,
+                algorithm: Algorithm::Gcra,
+                limit: 1,
+                period_ms: 1,
+                burst: None,
+                penalty: false,
+                failure_mode: FailureMode::Closed,
+                shadow: false,
+                enabled: true,
+            },
+            created_at: 0,
+            updated_at: 0,
+        }
+    }
+
+    fn names(rules: &[Arc<Rule>]) -> Vec<&str> {
+        rules.iter().map(|r| r.body.name.as_str()).collect()
+    }
+
+    fn compiled(rules: Vec<Rule>) -> CompiledTenant {
+        let tenant = Tenant {
+            id: "t".into(),
+            name: "t".into(),
+            status: "active".into(),
+            created_at: 0,
+            updated_at: 0,
+        };
+        CompiledTenant::compile(tenant, rules)
+    }
+
+    #[test]
+    fn exact_beats_the_longest_prefix_which_beats_the_default() {
+        let mut disabled = rule("off", MatchKind::Exact, Some("GET /users/me"));
+        disabled.body.enabled = false;
+        let t = compiled(vec![
+            rule("exact", MatchKind::Exact, Some("GET /users/me")),
+            rule("short", MatchKind::Prefix, Some("GET /")),
+            rule("long", MatchKind::Prefix, Some("GET /users/")),
+            rule("fallback", MatchKind::Default, None),
+            rule("tenant-wide", MatchKind::All, None),
+            disabled,
+        ]);
+        assert_eq!(names(&t.resolve("GET /users/me")), ["exact", "tenant-wide"]);
+        assert_eq!(names(&t.resolve("GET /users/42")), ["long", "tenant-wide"]);
+        assert_eq!(names(&t.resolve("GET /orders")), ["short", "tenant-wide"]);
+        assert_eq!(
+            names(&t.resolve("POST /orders")),
+            ["fallback", "tenant-wide"]
+        );
+    }
+
+    #[test]
+    fn no_rule_matches_nothing() {
+        let t = compiled(vec![rule("exact", MatchKind::Exact, Some("GET /a"))]);
+        assert!(t.resolve("GET /b").is_empty());
+    }
+
+    #[test]
+    fn unknown_keys_are_remembered_briefly_and_boundedly() {
+        let caches = Caches::default();
+        assert_eq!(caches.key("h"), Lookup::Miss);
+        caches.put_unknown_key("h");
+        assert_eq!(caches.key("h"), Lookup::Absent);
+        for i in 0..MAX_NEGATIVE + 10 {
+            caches.put_unknown_key(&format!("x{i}"));
+        }
+        assert!(read(&caches.unknown).len() <= MAX_NEGATIVE);
+        caches.drop_key("h");
+        assert_eq!(caches.key("h"), Lookup::Miss);
+    }
+}

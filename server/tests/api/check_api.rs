@@ -1,0 +1,876 @@
+//! `/v1/check` and `/v1/admin` over real HTTP: the failure table, headers, propagation across
+//! instances, PostgreSQL outages, the global limit and the cost of the hot path.
+
+use std::time::{Duration, Instant};
+
+use app::keys::KeyKind;
+use futures::future::join_all;
+use serde_json::{json, Value};
+use sluice::config::Config;
+
+use crate::helpers::{new_key, rule, setup_tenant, spawn_app, spawn_embedded, TestApp};
+use crate::services::{shared_postgres, PostgresServer, RedisServer};
+
+fn limited() -> Value {
+    rule(
+        "limited",
+        "exact",
+        Some("GET /limited"),
+        "token_bucket",
+        2,
+        60_000,
+    )
+}
+
+/// A distributed instance on `database_url` and the Redis at `redis_url`.
+async fn distributed(database_url: &str, redis_url: &str) -> TestApp {
+    let mut config = Config::embedded(tempfile::tempdir().unwrap().path().to_path_buf());
+    config.database_url = Some(database_url.to_owned());
+    config.redis_url = Some(redis_url.to_owned());
+    spawn_app(config).await
+}
+
+#[tokio::test]
+async fn allowed_then_denied_with_every_header() {
+    let app = spawn_embedded().await;
+    let op = app.operator_key().await;
+    let t = setup_tenant(&app, &op, &[limited()]).await;
+    for remaining in [1, 0] {
+        let (status, headers, body) = app
+            .check(&t.check_key, json!({ "route": "GET /limited" }))
+            .await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["allowed"], true);
+        assert_eq!(body["policy"], "limited");
+        assert_eq!(body["limit"], 2);
+        assert_eq!(body["remaining"], remaining);
+        assert_eq!(headers["x-ratelimit-limit"], "2");
+        assert_eq!(
+            headers["x-ratelimit-remaining"],
+            remaining.to_string().as_str()
+        );
+        assert!(headers.contains_key("x-ratelimit-reset"));
+        assert!(!headers.contains_key("retry-after"));
+    }
+    let (status, headers, body) = app
+        .check(&t.check_key, json!({ "route": "GET /limited" }))
+        .await;
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(body["allowed"], false);
+    assert_eq!(body["remaining"], 0);
+    // One token refills in 30 s (less the milliseconds since the first check).
+    let retry = body["retry_after_ms"].as_u64().unwrap();
+    assert!((29_000..=30_000).contains(&retry), "{body}");
+    assert_eq!(headers["retry-after"], "30");
+    assert_eq!(headers["x-ratelimit-remaining"], "0");
+    assert_eq!(headers["ratelimit-policy"], r#""limited";q=2;w=60"#);
+    assert_eq!(headers["ratelimit"], r#""limited";r=0;t=30"#);
+}
+
+#[tokio::test]
+async fn rate_limit_headers_parse_as_rfc_9651_structured_fields() {
+    let app = spawn_embedded().await;
+    let op = app.operator_key().await;
+    let t = setup_tenant(
+        &app,
+        &op,
+        &[rule("gcra-1", "prefix", Some("POST /"), "gcra", 3, 10_000)],
+    )
+    .await;
+    for expected in [200, 200, 200, 429] {
+        let (status, headers, _) = app
+            .check(&t.check_key, json!({ "route": "POST /transfers/{id}" }))
+            .await;
+        assert_eq!(status, expected);
+        let field = |name: &str| -> sfv::List {
+            sfv::Parser::new(headers[name].to_str().unwrap())
+                .parse::<sfv::List>()
+                .unwrap_or_else(|e| panic!("{name}: {e}"))
+        };
+        let param = |entry: &sfv::ListEntry, key: &str| -> i64 {
+            let sfv::ListEntry::Item(item) = entry else {
+                panic!("an item")
+            };
+            let value = item
+                .params
+                .iter()
+                .find(|(k, _)| k.as_str() == key)
+                .unwrap()
+                .1;
+            i64::from(value.as_integer().unwrap())
+        };
+        let policy = field("ratelimit-policy");
+        let limit = field("ratelimit");
+        assert_eq!(policy.len(), 1);
+        let sfv::ListEntry::Item(item) = &policy[0] else {
+            panic!("an item")
+        };
+        assert_eq!(item.bare_item.as_string().unwrap().as_str(), "gcra-1");
+        assert_eq!(param(&policy[0], "q"), 3);
+        assert_eq!(param(&policy[0], "w"), 10);
+        let t_param = param(&limit[0], "t");
+        assert!(param(&limit[0], "r") >= 0);
+        if status == 429 {
+            let retry_after: i64 = headers["retry-after"].to_str().unwrap().parse().unwrap();
+            assert!(
+                retry_after >= t_param,
+                "Retry-After {retry_after} < t {t_param}"
+            );
+            assert!(retry_after >= 1);
+        }
+    }
+}
+
+#[tokio::test]
+async fn unknown_revoked_or_expired_keys_get_401() {
+    let app = spawn_embedded().await;
+    let op = app.operator_key().await;
+    let t = setup_tenant(&app, &op, &[limited()]).await;
+    let route = json!({ "route": "GET /limited" });
+    let (status, headers, body) = app.call("POST", "/v1/check", None, Some(&route)).await;
+    assert_eq!(status, 401, "{body}");
+    assert_eq!(headers["content-type"], "application/problem+json");
+    assert_eq!(
+        app.check("sl_chk_not-a-real-key", route.clone()).await.0,
+        401
+    );
+    // The same unknown key again is answered from the negative cache, still 401.
+    assert_eq!(
+        app.check("sl_chk_not-a-real-key", route.clone()).await.0,
+        401
+    );
+
+    // Rotation with no grace: the old key is expired at once, the new one works.
+    let (new_key_value, hash, prefix) = new_key(KeyKind::Check);
+    let path = format!("/v1/admin/tenants/{}/keys/{}/rotate", t.id, t.check_key_id);
+    let body = json!({ "hash": hash, "prefix": prefix, "grace_seconds": 0 });
+    let (status, _, rotated) = app
+        .call("POST", &path, Some(&t.admin_key), Some(&body))
+        .await;
+    assert_eq!(status, 201, "{rotated}");
+    assert_eq!(
+        app.check(&t.check_key, route.clone()).await.0,
+        401,
+        "an expired key"
+    );
+    assert_eq!(app.check(&new_key_value, route.clone()).await.0, 200);
+
+    let path = format!(
+        "/v1/admin/tenants/{}/keys/{}/revoke",
+        t.id,
+        rotated["id"].as_str().unwrap()
+    );
+    let (status, _, revoked) = app.call("POST", &path, Some(&t.admin_key), None).await;
+    assert_eq!(status, 200, "{revoked}");
+    assert!(revoked["revoked_at"].is_i64());
+    assert_eq!(
+        app.check(&new_key_value, route).await.0,
+        401,
+        "a revoked key"
+    );
+}
+
+#[tokio::test]
+async fn a_rotated_key_works_during_its_grace_period_and_not_after() {
+    let app = spawn_embedded().await;
+    let op = app.operator_key().await;
+    let t = setup_tenant(&app, &op, &[]).await;
+    let (new_key_value, hash, prefix) = new_key(KeyKind::Check);
+    let path = format!("/v1/admin/tenants/{}/keys/{}/rotate", t.id, t.check_key_id);
+    let body = json!({ "hash": hash, "prefix": prefix, "grace_seconds": 1 });
+    assert_eq!(
+        app.call("POST", &path, Some(&t.admin_key), Some(&body))
+            .await
+            .0,
+        201
+    );
+    let route = json!({ "route": "GET /x" });
+    assert_eq!(
+        app.check(&t.check_key, route.clone()).await.0,
+        200,
+        "within the grace period"
+    );
+    assert_eq!(app.check(&new_key_value, route.clone()).await.0, 200);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(
+        app.check(&t.check_key, route.clone()).await.0,
+        401,
+        "after the grace period"
+    );
+    assert_eq!(app.check(&new_key_value, route).await.0, 200);
+}
+
+#[tokio::test]
+async fn wrong_key_kinds_and_suspended_tenants_get_403() {
+    let app = spawn_embedded().await;
+    let op = app.operator_key().await;
+    let t = setup_tenant(&app, &op, &[limited()]).await;
+    let route = json!({ "route": "GET /limited" });
+    let (status, _, body) = app.check(&t.admin_key, route.clone()).await;
+    assert_eq!(status, 403, "an admin key on /v1/check: {body}");
+    assert!(
+        body["detail"].as_str().unwrap().contains("check keys"),
+        "{body}"
+    );
+    assert_eq!(
+        app.check(&op, route.clone()).await.0,
+        403,
+        "an operator key on /v1/check"
+    );
+    let (status, _, body) = app
+        .call(
+            "GET",
+            &format!("/v1/admin/tenants/{}/rules", t.id),
+            Some(&t.check_key),
+            None,
+        )
+        .await;
+    assert_eq!(status, 403, "a check key on /v1/admin: {body}");
+
+    assert_eq!(app.check(&t.check_key, route.clone()).await.0, 200);
+    let (status, _, tenant) = app
+        .call(
+            "POST",
+            &format!("/v1/admin/tenants/{}/suspend", t.id),
+            Some(&op),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(tenant["status"], "suspended");
+    let (status, _, body) = app.check(&t.check_key, route.clone()).await;
+    assert_eq!(status, 403, "{body}");
+    // A tenant admin cannot resume its own tenant.
+    assert_eq!(
+        app.call(
+            "POST",
+            &format!("/v1/admin/tenants/{}/resume", t.id),
+            Some(&t.admin_key),
+            None
+        )
+        .await
+        .0,
+        403
+    );
+    assert_eq!(
+        app.call(
+            "POST",
+            &format!("/v1/admin/tenants/{}/resume", t.id),
+            Some(&op),
+            None
+        )
+        .await
+        .0,
+        200
+    );
+    assert_eq!(app.check(&t.check_key, route).await.0, 200);
+
+    // The audit log says who suspended the tenant.
+    let (_, _, events) = app
+        .call(
+            "GET",
+            &format!("/v1/admin/tenants/{}/audit", t.id),
+            Some(&t.admin_key),
+            None,
+        )
+        .await;
+    let suspend = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["action"] == "tenant.suspend")
+        .unwrap();
+    assert!(
+        suspend["actor"].as_str().unwrap().starts_with("key:sl_op_"),
+        "{suspend}"
+    );
+    assert!(suspend["at"].as_i64().unwrap() > 0);
+}
+
+#[tokio::test]
+async fn malformed_checks_get_400_problems() {
+    let app = spawn_embedded().await;
+    let op = app.operator_key().await;
+    let t = setup_tenant(
+        &app,
+        &op,
+        &[rule("per-user", "default", None, "fixed_window", 5, 1000)],
+    )
+    .await;
+    let long = "x".repeat(257);
+    let cases: Vec<(&str, String)> = vec![
+        ("bad JSON", "{\"route\": ".to_owned()),
+        ("not an object", "[1, 2]".to_owned()),
+        ("missing route", json!({ "cost": 1 }).to_string()),
+        ("route over 256 bytes", json!({ "route": long }).to_string()),
+        (
+            "subject over 256 bytes",
+            json!({ "route": "GET /", "subject": long }).to_string(),
+        ),
+        (
+            "cost of 0",
+            json!({ "route": "GET /", "cost": 0 }).to_string(),
+        ),
+        (
+            "negative cost",
+            json!({ "route": "GET /", "cost": -1 }).to_string(),
+        ),
+        (
+            "cost above the maximum",
+            json!({ "route": "GET /", "cost": 1_000_001 }).to_string(),
+        ),
+        (
+            "fractional cost",
+            json!({ "route": "GET /", "cost": 1.5 }).to_string(),
+        ),
+        (
+            "unknown field",
+            json!({ "route": "GET /", "colour": "red" }).to_string(),
+        ),
+        (
+            "oversized body",
+            json!({ "route": "GET /", "subject": "s", "pad": "x".repeat(20_000) }).to_string(),
+        ),
+    ];
+    for (case, body) in cases {
+        let response = app
+            .client
+            .post(app.url("/v1/check"))
+            .header("x-api-key", &t.check_key)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 400, "{case}");
+        assert_eq!(
+            response.headers()["content-type"],
+            "application/problem+json",
+            "{case}"
+        );
+        let problem: Value = response.json().await.unwrap();
+        assert_eq!(problem["status"], 400, "{case}");
+        assert!(!problem["detail"].as_str().unwrap().is_empty(), "{case}");
+    }
+    // Nothing was consumed by the refused checks.
+    let (status, _, body) = app
+        .check(&t.check_key, json!({ "route": "GET /", "cost": 5 }))
+        .await;
+    assert_eq!(status, 200, "{body}");
+}
+
+#[tokio::test]
+async fn a_route_without_rules_is_allowed_without_the_limiter() {
+    let app = spawn_embedded().await;
+    let op = app.operator_key().await;
+    let t = setup_tenant(&app, &op, &[limited()]).await;
+    let (status, headers, body) = app
+        .check(&t.check_key, json!({ "route": "GET /free" }))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(body["allowed"], true);
+    assert_eq!(body["policy"], Value::Null);
+    assert!(!headers.contains_key("ratelimit"));
+    assert_eq!(
+        app.metric("sluice_decisions_total{outcome=\"no_rule\"")
+            .await,
+        1.0
+    );
+    assert_eq!(
+        app.metric("sluice_limiter_seconds_count").await,
+        0.0,
+        "the limiter was not called"
+    );
+}
+
+#[tokio::test]
+async fn subject_rules_need_a_subject_and_count_each_subject_apart() {
+    let app = spawn_embedded().await;
+    let op = app.operator_key().await;
+    let mut per_user = rule("per-user", "all", None, "sliding_window", 1, 60_000);
+    per_user["scope"] = json!("subject");
+    let t = setup_tenant(&app, &op, &[per_user]).await;
+    let (status, _, body) = app.check(&t.check_key, json!({ "route": "GET /" })).await;
+    assert_eq!(status, 400);
+    assert!(
+        body["detail"].as_str().unwrap().contains("subject"),
+        "{body}"
+    );
+    assert_eq!(
+        app.check(
+            &t.check_key,
+            json!({ "route": "GET /", "subject": "alice" })
+        )
+        .await
+        .0,
+        200
+    );
+    assert_eq!(
+        app.check(
+            &t.check_key,
+            json!({ "route": "GET /", "subject": "alice" })
+        )
+        .await
+        .0,
+        429
+    );
+    assert_eq!(
+        app.check(&t.check_key, json!({ "route": "GET /", "subject": "bob" }))
+            .await
+            .0,
+        200
+    );
+}
+
+#[tokio::test]
+async fn shadow_rules_count_would_deny_and_never_block() {
+    let app = spawn_embedded().await;
+    let op = app.operator_key().await;
+    let mut shadow = rule("new-limit", "all", None, "fixed_window", 1, 60_000);
+    shadow["shadow"] = json!(true);
+    let t = setup_tenant(&app, &op, &[shadow]).await;
+    for _ in 0..3 {
+        let (status, _, body) = app.check(&t.check_key, json!({ "route": "GET /" })).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    assert_eq!(
+        app.metric("sluice_shadow_would_deny_total{policy=\"new-limit\"}")
+            .await,
+        2.0
+    );
+}
+
+#[tokio::test]
+async fn redis_down_fails_closed_with_503_or_open_with_a_count() {
+    let mut redis = RedisServer::start();
+    let app = distributed(&shared_postgres().fresh_database().await, &redis.url()).await;
+    let op = app.operator_key().await;
+    let mut open = rule("open", "exact", Some("GET /open"), "gcra", 100, 1000);
+    open["failure_mode"] = json!("open");
+    let closed = rule("closed", "exact", Some("GET /closed"), "gcra", 100, 1000);
+    let t = setup_tenant(&app, &op, &[open, closed]).await;
+    assert_eq!(
+        app.check(&t.check_key, json!({ "route": "GET /closed" }))
+            .await
+            .0,
+        200
+    );
+    assert_eq!(
+        app.check(&t.check_key, json!({ "route": "GET /open" }))
+            .await
+            .0,
+        200
+    );
+
+    redis.stop();
+    let (status, headers, body) = app
+        .check(&t.check_key, json!({ "route": "GET /closed" }))
+        .await;
+    assert_eq!(status, 503, "fail closed is UNAVAILABLE, never 429: {body}");
+    assert_eq!(headers["content-type"], "application/problem+json");
+    let (status, _, body) = app
+        .check(&t.check_key, json!({ "route": "GET /open" }))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["degraded"], "fail_open");
+    assert_eq!(
+        app.metric("sluice_fail_open_total{policy=\"open\"}").await,
+        1.0
+    );
+    assert_eq!(
+        app.metric("sluice_fail_closed_total{policy=\"closed\"}")
+            .await,
+        1.0
+    );
+
+    redis.restart();
+    let mut status = 0;
+    for _ in 0..50 {
+        status = app
+            .check(&t.check_key, json!({ "route": "GET /closed" }))
+            .await
+            .0;
+        if status == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(status, 200, "checks recover when Redis is back");
+}
+
+#[tokio::test]
+async fn tenant_admins_see_only_their_own_tenant() {
+    let app = spawn_embedded().await;
+    let op = app.operator_key().await;
+    let a = setup_tenant(&app, &op, &[limited()]).await;
+    let b = setup_tenant(&app, &op, &[limited()]).await;
+    for path in [
+        format!("/v1/admin/tenants/{}", b.id),
+        format!("/v1/admin/tenants/{}/rules", b.id),
+        format!("/v1/admin/tenants/{}/keys", b.id),
+        format!("/v1/admin/tenants/{}/audit", b.id),
+    ] {
+        assert_eq!(
+            app.call("GET", &path, Some(&a.admin_key), None).await.0,
+            404,
+            "{path}"
+        );
+    }
+    let body = limited();
+    assert_eq!(
+        app.call(
+            "POST",
+            &format!("/v1/admin/tenants/{}/rules", b.id),
+            Some(&a.admin_key),
+            Some(&body)
+        )
+        .await
+        .0,
+        404
+    );
+    let revoke = format!("/v1/admin/tenants/{}/keys/{}/revoke", a.id, b.check_key_id);
+    assert_eq!(
+        app.call("POST", &revoke, Some(&a.admin_key), None).await.0,
+        404,
+        "another tenant's key through one's own path"
+    );
+    assert_eq!(
+        app.check(&b.check_key, json!({ "route": "GET /x" }))
+            .await
+            .0,
+        200
+    );
+    assert_eq!(
+        app.call("GET", "/v1/admin/tenants", Some(&a.admin_key), None)
+            .await
+            .0,
+        403
+    );
+    assert_eq!(
+        app.call("GET", "/v1/admin/audit", Some(&a.admin_key), None)
+            .await
+            .0,
+        403
+    );
+    let (status, _, all) = app.call("GET", "/v1/admin/audit", Some(&op), None).await;
+    assert_eq!(status, 200);
+    assert!(all.as_array().unwrap().len() >= 6);
+}
+
+#[tokio::test]
+async fn rules_are_validated_with_field_errors() {
+    let app = spawn_embedded().await;
+    let op = app.operator_key().await;
+    let t = setup_tenant(&app, &op, &[]).await;
+    let path = format!("/v1/admin/tenants/{}/rules", t.id);
+    let mut bad = rule("bad name", "exact", None, "fixed_window", 0, 1000);
+    bad["burst"] = json!(3);
+    let (status, headers, problem) = app
+        .call("POST", &path, Some(&t.admin_key), Some(&bad))
+        .await;
+    assert_eq!(status, 400);
+    assert_eq!(headers["content-type"], "application/problem+json");
+    let fields: Vec<&str> = problem["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["field"].as_str().unwrap())
+        .collect();
+    assert_eq!(fields, ["name", "route", "limit", "burst"], "{problem}");
+    let (status, _, problem) = app
+        .call(
+            "POST",
+            &path,
+            Some(&t.admin_key),
+            Some(&json!({ "name": "x" })),
+        )
+        .await;
+    assert_eq!(status, 400, "{problem}");
+
+    let good = rule("good", "all", None, "gcra", 10, 1000);
+    assert_eq!(
+        app.call("POST", &path, Some(&t.admin_key), Some(&good))
+            .await
+            .0,
+        201
+    );
+    assert_eq!(
+        app.call("POST", &path, Some(&t.admin_key), Some(&good))
+            .await
+            .0,
+        409,
+        "duplicate name"
+    );
+    for i in 0..3 {
+        let extra = rule(&format!("all-{i}"), "all", None, "gcra", 10, 1000);
+        assert_eq!(
+            app.call("POST", &path, Some(&t.admin_key), Some(&extra))
+                .await
+                .0,
+            201
+        );
+    }
+    let fifth = rule("all-5", "all", None, "gcra", 10, 1000);
+    let (status, _, problem) = app
+        .call("POST", &path, Some(&t.admin_key), Some(&fifth))
+        .await;
+    assert_eq!(status, 400, "at most 4 tenant-wide rules: {problem}");
+}
+
+/// Polls `probe` until it returns true; returns how long that took.
+async fn time_until(mut probe: impl AsyncFnMut() -> bool, limit: Duration) -> Duration {
+    let started = Instant::now();
+    while started.elapsed() < limit * 3 {
+        if probe().await {
+            return started.elapsed();
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("not seen within {:?}", limit * 3);
+}
+
+#[tokio::test]
+async fn changes_reach_every_instance_within_one_second() {
+    let redis = RedisServer::start();
+    let database = shared_postgres().fresh_database().await;
+    let instances = [
+        distributed(&database, &redis.url()).await,
+        distributed(&database, &redis.url()).await,
+        distributed(&database, &redis.url()).await,
+    ];
+    let op = instances[0].operator_key().await;
+    let t = setup_tenant(
+        &instances[0],
+        &op,
+        &[rule("r", "exact", Some("GET /r"), "gcra", 1000, 1000)],
+    )
+    .await;
+    let route = json!({ "route": "GET /r" });
+    // Every instance has the key and the tenant cached.
+    for app in &instances {
+        let (status, _, body) = app.check(&t.check_key, route.clone()).await;
+        assert_eq!((status, body["policy"].as_str()), (200, Some("r")));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    // A rule change: the route stops matching it.
+    let (_, _, rules) = instances[0]
+        .call(
+            "GET",
+            &format!("/v1/admin/tenants/{}/rules", t.id),
+            Some(&t.admin_key),
+            None,
+        )
+        .await;
+    let rule_id = rules[0]["id"].as_str().unwrap().to_owned();
+    let moved = rule("r", "exact", Some("GET /elsewhere"), "gcra", 1000, 1000);
+    let path = format!("/v1/admin/tenants/{}/rules/{rule_id}", t.id);
+    assert_eq!(
+        instances[0]
+            .call("PUT", &path, Some(&t.admin_key), Some(&moved))
+            .await
+            .0,
+        200
+    );
+    for app in &instances[1..] {
+        let delay = time_until(
+            async || app.check(&t.check_key, route.clone()).await.2["policy"].is_null(),
+            Duration::from_secs(1),
+        )
+        .await;
+        assert!(delay < Duration::from_secs(1), "rule change took {delay:?}");
+    }
+
+    // A suspension.
+    assert_eq!(
+        instances[0]
+            .call(
+                "POST",
+                &format!("/v1/admin/tenants/{}/suspend", t.id),
+                Some(&op),
+                None
+            )
+            .await
+            .0,
+        200
+    );
+    for app in &instances[1..] {
+        let delay = time_until(
+            async || app.check(&t.check_key, route.clone()).await.0 == 403,
+            Duration::from_secs(1),
+        )
+        .await;
+        assert!(delay < Duration::from_secs(1), "suspension took {delay:?}");
+    }
+    assert_eq!(
+        instances[0]
+            .call(
+                "POST",
+                &format!("/v1/admin/tenants/{}/resume", t.id),
+                Some(&op),
+                None
+            )
+            .await
+            .0,
+        200
+    );
+    for app in &instances {
+        time_until(
+            async || app.check(&t.check_key, route.clone()).await.0 == 200,
+            Duration::from_secs(1),
+        )
+        .await;
+    }
+
+    // A revocation.
+    let revoke = format!("/v1/admin/tenants/{}/keys/{}/revoke", t.id, t.check_key_id);
+    let revoked_at = Instant::now();
+    assert_eq!(
+        instances[0]
+            .call("POST", &revoke, Some(&t.admin_key), None)
+            .await
+            .0,
+        200
+    );
+    for app in &instances {
+        time_until(
+            async || app.check(&t.check_key, route.clone()).await.0 == 401,
+            Duration::from_secs(1),
+        )
+        .await;
+    }
+    let delay = revoked_at.elapsed();
+    assert!(
+        delay < Duration::from_secs(1),
+        "revocation reached all 3 instances after {delay:?}"
+    );
+}
+
+#[tokio::test]
+async fn with_postgres_down_cached_keys_keep_deciding_and_unknown_keys_get_503() {
+    let postgres = PostgresServer::start();
+    let redis = RedisServer::start();
+    let app = distributed(&postgres.url("postgres"), &redis.url()).await;
+    let op = app.operator_key().await;
+    let t = setup_tenant(&app, &op, &[limited()]).await;
+    let route = json!({ "route": "GET /limited" });
+    assert_eq!(app.check(&t.check_key, route.clone()).await.0, 200);
+
+    postgres.stop();
+    let (status, _, body) = app.check(&t.check_key, route.clone()).await;
+    assert_eq!(
+        (status, body["remaining"].as_u64()),
+        (200, Some(0)),
+        "{body}"
+    );
+    assert_eq!(
+        app.check(&t.check_key, route.clone()).await.0,
+        429,
+        "still the right decision"
+    );
+    let (never_seen, _, _) = new_key(KeyKind::Check);
+    let (status, _, body) = app.check(&never_seen, route).await;
+    assert_eq!(
+        status, 503,
+        "a key that is not cached cannot be checked, which is not a 401: {body}"
+    );
+}
+
+#[tokio::test]
+async fn three_instances_admit_exactly_100_of_600_concurrent_checks() {
+    let redis = RedisServer::start();
+    let database = shared_postgres().fresh_database().await;
+    let instances = [
+        distributed(&database, &redis.url()).await,
+        distributed(&database, &redis.url()).await,
+        distributed(&database, &redis.url()).await,
+    ];
+    let op = instances[0].operator_key().await;
+    let t = setup_tenant(
+        &instances[0],
+        &op,
+        &[rule(
+            "global",
+            "all",
+            None,
+            "token_bucket",
+            100,
+            366 * 86_400_000,
+        )],
+    )
+    .await;
+    let instances = std::sync::Arc::new(instances);
+    let key = std::sync::Arc::new(t.check_key);
+    let tasks = (0..600).map(|i| {
+        let instances = instances.clone();
+        let key = key.clone();
+        tokio::spawn(async move {
+            instances[i % 3]
+                .check(&key, json!({ "route": "GET /" }))
+                .await
+                .0
+        })
+    });
+    let statuses: Vec<u16> = join_all(tasks)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 100);
+    assert_eq!(statuses.iter().filter(|s| **s == 429).count(), 500);
+}
+
+#[tokio::test]
+async fn a_steady_state_check_runs_no_sql_and_one_redis_command() {
+    let postgres = tokio::task::spawn_blocking(PostgresServer::start_logging_statements)
+        .await
+        .unwrap();
+    let redis = RedisServer::start();
+    let app = distributed(&postgres.url("postgres"), &redis.url()).await;
+    let op = app.operator_key().await;
+    let t = setup_tenant(
+        &app,
+        &op,
+        &[
+            limited(),
+            rule("all", "all", None, "sliding_window", 1000, 1000),
+        ],
+    )
+    .await;
+    let route = json!({ "route": "GET /limited" });
+    assert_eq!(app.check(&t.check_key, route.clone()).await.0, 200);
+
+    let mut monitor = std::process::Command::new(crate::services::binary("redis-cli"))
+        .args(["-p", &redis.port.to_string(), "MONITOR"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let log_before = postgres.log().len();
+    for _ in 0..10 {
+        app.check(&t.check_key, route.clone()).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let sql: Vec<String> = postgres.log()[log_before..]
+        .lines()
+        .filter(|l| l.contains("statement:") || l.contains("execute"))
+        // The batched `last_used_at` writer runs off the check path, every 10 s.
+        .filter(|l| !l.contains("last_used_at"))
+        .map(str::to_owned)
+        .collect();
+    monitor.kill().unwrap();
+    let monitored =
+        String::from_utf8_lossy(&monitor.wait_with_output().unwrap().stdout).into_owned();
+    let commands: Vec<&str> = monitored
+        .lines()
+        .filter(|l| l.contains(" [0 127.0.0.1:"))
+        .collect();
+    assert!(sql.is_empty(), "SQL on the check path: {sql:?}");
+    assert_eq!(commands.len(), 10, "{monitored}");
+    assert!(
+        commands
+            .iter()
+            .all(|l| l.to_lowercase().contains("\"evalsha\"")),
+        "{monitored}"
+    );
+}
