@@ -1,6 +1,9 @@
 //! The store suite: every test runs on SQLite and on PostgreSQL.
 
-use sluice::store::{tenants, Db, StoreError};
+use app::keys::KeyKind;
+use app::rules::{Algorithm, FailureMode, MatchKind, RuleBody, Scope};
+use sluice::store::keys::NewKey;
+use sluice::store::{audit, keys, rules, tenants, Db, StoreError};
 
 async fn sqlite() -> (Db, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
@@ -50,7 +53,44 @@ on_both_databases!(
     tenant_names_are_unique,
     status_changes_are_stored,
     check_constraints_reject_bad_rows,
+    keys_are_found_by_hash_and_rotate_in_one_transaction,
+    key_usage_is_recorded_in_batches,
+    rules_round_trip_every_field,
+    rules_are_scoped_to_their_tenant,
+    audit_events_list_newest_first_per_tenant,
 );
+
+fn body(name: &str) -> RuleBody {
+    RuleBody {
+        name: name.to_owned(),
+        match_kind: MatchKind::Prefix,
+        route: Some("GET /users/".to_owned()),
+        scope: Scope::Subject,
+        algorithm: Algorithm::LeakyBucket,
+        limit: 7,
+        period_ms: 31_622_400_000,
+        burst: Some(9),
+        penalty: true,
+        failure_mode: FailureMode::Open,
+        shadow: true,
+        enabled: false,
+    }
+}
+
+fn check_key<'a>(tenant_id: &'a str, hash: &'a str) -> NewKey<'a> {
+    NewKey {
+        tenant_id: Some(tenant_id),
+        kind: KeyKind::Check,
+        name: "svc",
+        prefix: "sl_chk_ab",
+        hash,
+        expires_at: None,
+    }
+}
+
+fn hash(n: u8) -> String {
+    format!("{n:02x}").repeat(32)
+}
 
 async fn migrations_are_applied_once_and_recorded(db: &Db) {
     db.migrate().await.unwrap(); // a second run is a no-op
@@ -108,4 +148,136 @@ async fn check_constraints_reject_bad_rows(db: &Db) {
         tenants::get(db, &tenant.id).await.unwrap().unwrap().status,
         "active"
     );
+}
+
+async fn keys_are_found_by_hash_and_rotate_in_one_transaction(db: &Db) {
+    let tenant = tenants::insert(db, "acme").await.unwrap();
+    let (h1, h2) = (hash(1), hash(2));
+    let key = keys::insert(db, &check_key(&tenant.id, &h1)).await.unwrap();
+    assert_eq!(keys::find_by_hash(db, &h1).await.unwrap().unwrap(), key);
+    assert!(keys::find_by_hash(db, &hash(9)).await.unwrap().is_none());
+    let duplicate = keys::insert(db, &check_key(&tenant.id, &h1))
+        .await
+        .unwrap_err();
+    assert!(matches!(duplicate, StoreError::Conflict(_)));
+
+    let grace_until = sluice::store::now_ms() + 5_000;
+    let rotated = keys::rotate(db, &key.id, &check_key(&tenant.id, &h2), grace_until)
+        .await
+        .unwrap();
+    let old = keys::get(db, &key.id).await.unwrap().unwrap();
+    assert_eq!(old.expires_at, Some(grace_until));
+    assert_eq!(old.replaced_by.as_deref(), Some(rotated.id.as_str()));
+    // A failed rotation (its new hash already exists) changes nothing.
+    assert!(
+        keys::rotate(db, &rotated.id, &check_key(&tenant.id, &h1), grace_until)
+            .await
+            .is_err()
+    );
+    assert_eq!(
+        keys::get(db, &rotated.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .expires_at,
+        None
+    );
+    assert_eq!(
+        keys::list_for_tenant(db, &tenant.id).await.unwrap().len(),
+        2
+    );
+
+    assert!(keys::revoke(db, &rotated.id).await.unwrap());
+    assert!(
+        !keys::revoke(db, &rotated.id).await.unwrap(),
+        "already revoked"
+    );
+    assert!(!keys::get(db, &rotated.id)
+        .await
+        .unwrap()
+        .unwrap()
+        .is_live(sluice::store::now_ms()));
+}
+
+async fn key_usage_is_recorded_in_batches(db: &Db) {
+    let tenant = tenants::insert(db, "acme").await.unwrap();
+    let key = keys::insert(db, &check_key(&tenant.id, &hash(4)))
+        .await
+        .unwrap();
+    assert_eq!(key.last_used_at, None);
+    keys::touch(db, std::slice::from_ref(&key.id), 1_234)
+        .await
+        .unwrap();
+    assert_eq!(
+        keys::get(db, &key.id).await.unwrap().unwrap().last_used_at,
+        Some(1_234)
+    );
+}
+
+async fn rules_round_trip_every_field(db: &Db) {
+    let tenant = tenants::insert(db, "acme").await.unwrap();
+    let created = rules::insert(db, &tenant.id, &body("users")).await.unwrap();
+    let read = rules::get(db, &tenant.id, &created.id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(read, created);
+    assert_eq!(read.body, body("users"));
+
+    let mut changed = body("users-v2");
+    changed.match_kind = MatchKind::All;
+    changed.route = None;
+    changed.burst = None;
+    changed.algorithm = Algorithm::SlidingLog;
+    let updated = rules::update(db, &tenant.id, &created.id, &changed)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(updated.body, changed);
+    assert!(updated.updated_at >= created.updated_at);
+    assert!(matches!(
+        rules::insert(db, &tenant.id, &changed).await.unwrap_err(),
+        StoreError::Conflict(_)
+    ));
+    assert!(rules::delete(db, &tenant.id, &created.id).await.unwrap());
+    assert!(rules::list(db, &tenant.id).await.unwrap().is_empty());
+}
+
+async fn rules_are_scoped_to_their_tenant(db: &Db) {
+    let a = tenants::insert(db, "a").await.unwrap();
+    let b = tenants::insert(db, "b").await.unwrap();
+    let rule = rules::insert(db, &a.id, &body("r")).await.unwrap();
+    rules::insert(db, &b.id, &body("r")).await.unwrap(); // names are unique per tenant only
+    assert!(rules::get(db, &b.id, &rule.id).await.unwrap().is_none());
+    assert!(rules::update(db, &b.id, &rule.id, &body("x"))
+        .await
+        .unwrap()
+        .is_none());
+    assert!(!rules::delete(db, &b.id, &rule.id).await.unwrap());
+    assert_eq!(rules::list(db, &a.id).await.unwrap().len(), 1);
+}
+
+async fn audit_events_list_newest_first_per_tenant(db: &Db) {
+    let a = tenants::insert(db, "a").await.unwrap();
+    for action in ["rule.create", "rule.update"] {
+        audit::record(
+            db,
+            Some(&a.id),
+            "key:sl_adm_x",
+            action,
+            Some("r1"),
+            &serde_json::json!({ "n": 1 }),
+        )
+        .await
+        .unwrap();
+    }
+    audit::record(db, None, "cli", "key.create", None, &serde_json::json!({}))
+        .await
+        .unwrap();
+    let events = audit::list(db, Some(&a.id), 10).await.unwrap();
+    let actions: Vec<&str> = events.iter().map(|e| e.action.as_str()).collect();
+    assert_eq!(actions, ["rule.update", "rule.create"]);
+    assert_eq!(events[0].detail, r#"{"n":1}"#);
+    assert_eq!(audit::list(db, None, 10).await.unwrap().len(), 3);
+    assert_eq!(audit::list(db, None, 1).await.unwrap().len(), 1);
 }
