@@ -5,6 +5,7 @@
 //! - [`admin_api`] — `/v1/admin/*` over [`service::AdminService`], which authorises, changes,
 //!   audits and announces every admin operation;
 //! - [`auth`] — API keys from headers, through [`cache`] (keys, tenants, compiled rules);
+//! - [`openapi`] — `GET /v1/openapi.json`;
 //! - [`propagation`] — admin changes announced over Redis pub/sub to every instance;
 //! - [`startup`] — [`startup::Application`] connects, binds and serves; [`startup::router`]
 //!   builds the whole HTTP surface in one place;
@@ -27,6 +28,7 @@ pub mod error;
 pub mod health;
 pub mod limiter;
 pub mod metrics;
+pub mod openapi;
 pub mod propagation;
 pub mod service;
 pub mod startup;

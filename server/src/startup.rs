@@ -23,7 +23,7 @@ use crate::metrics::{self, Metrics};
 use crate::propagation::{self, Bus};
 use crate::service::AdminService;
 use crate::store::Db;
-use crate::{admin_api, check, health, telemetry};
+use crate::{admin_api, check, health, openapi, telemetry};
 
 /// How often key usage (`last_used_at`) is written.
 const USAGE_FLUSH: Duration = Duration::from_secs(10);
@@ -56,6 +56,7 @@ pub fn router(state: AppState) -> Router {
                 .layer(axum::extract::DefaultBodyLimit::max(check::MAX_BODY_BYTES)),
         )
         .merge(admin_api::routes())
+        .route("/v1/openapi.json", get(openapi::handler))
         .leptos_routes_with_context(
             &state,
             routes,

@@ -13,4 +13,5 @@ mod harness;
 mod health;
 mod lifecycle;
 mod limiter;
+mod openapi;
 mod store;

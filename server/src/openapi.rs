@@ -1,0 +1,309 @@
+//! `GET /v1/openapi.json`: the OpenAPI 3.1 document of the public API. It is written by hand
+//! next to the handlers it describes; a test validates it with an OpenAPI validator and calls
+//! every operation it lists, checking each answer's status is one the document declares.
+
+use axum::Json;
+use serde_json::{json, Value};
+
+use crate::check::{MAX_BODY_BYTES, MAX_REQUEST_ID_BYTES};
+use app::rules::{MAX_COST, MAX_LIMIT, MAX_NAME_BYTES, MAX_PERIOD_MS, MAX_ROUTE_BYTES};
+
+fn problem(description: &str) -> Value {
+    json!({ "description": description, "content": { "application/problem+json": { "schema": { "$ref": "#/components/schemas/Problem" } } } })
+}
+
+fn ok(description: &str, schema: Value) -> Value {
+    json!({ "description": description, "content": { "application/json": { "schema": schema } } })
+}
+
+fn schema(name: &str) -> Value {
+    json!({ "$ref": format!("#/components/schemas/{name}") })
+}
+
+fn list_of(name: &str) -> Value {
+    json!({ "type": "array", "items": schema(name) })
+}
+
+fn body(name: &str) -> Value {
+    json!({ "required": true, "content": { "application/json": { "schema": schema(name) } } })
+}
+
+/// The standard error answers of an admin operation.
+fn admin_errors(mut responses: Value, with_body: bool) -> Value {
+    let map = responses.as_object_mut().expect("responses are an object");
+    if with_body {
+        map.insert(
+            "400".into(),
+            problem("Invalid input; `errors` lists the fields."),
+        );
+    }
+    map.insert("401".into(), problem("No valid API key."));
+    map.insert(
+        "403".into(),
+        problem("A check key, or an operation reserved for operators."),
+    );
+    map.insert(
+        "404".into(),
+        problem("No such resource, or one of another tenant."),
+    );
+    map.insert(
+        "503".into(),
+        problem("The configuration store is unavailable."),
+    );
+    responses
+}
+
+fn tenant_param() -> Value {
+    json!({ "name": "tenant", "in": "path", "required": true, "schema": { "type": "string" }, "description": "The tenant id." })
+}
+
+fn id_param(what: &str) -> Value {
+    json!({ "name": "id", "in": "path", "required": true, "schema": { "type": "string" }, "description": format!("The {what} id.") })
+}
+
+fn operation(id: &str, tag: &str, summary: &str, responses: Value) -> Value {
+    json!({ "operationId": id, "tags": [tag], "summary": summary, "responses": responses })
+}
+
+/// The document.
+pub fn document() -> Value {
+    let rule_id = id_param("rule");
+    let key_id = id_param("key");
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Sluice",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "A multi-tenant, distributed rate limiter. Services call /v1/check; admins and operators manage tenants, rules and keys under /v1/admin."
+        },
+        "security": [{ "apiKey": [] }, { "bearer": [] }],
+        "paths": {
+            "/v1/check": { "post": {
+                "operationId": "check", "tags": ["check"],
+                "summary": "Decide whether a request may go ahead (check keys only).",
+                "requestBody": body("CheckRequest"),
+                "responses": {
+                    "200": { "description": "Allowed.", "headers": rate_limit_headers(false), "content": { "application/json": { "schema": schema("CheckResponse") } } },
+                    "429": { "description": "Denied.", "headers": rate_limit_headers(true), "content": { "application/json": { "schema": schema("CheckResponse") } } },
+                    "400": problem("Invalid JSON, oversized body, route, subject or request_id, or a cost out of range."),
+                    "401": problem("Unknown, revoked or expired key."),
+                    "403": problem("Not a check key, or the tenant is suspended."),
+                    "503": problem("The limiter cannot decide and a matching rule fails closed, or the key is not cached and the store is down.")
+                }
+            } },
+            "/v1/admin/tenants": {
+                "get": operation("listTenants", "tenants", "List every tenant (operators).", admin_errors(json!({ "200": ok("The tenants.", list_of("Tenant")) }), false)),
+                "post": {
+                    "operationId": "createTenant", "tags": ["tenants"], "summary": "Create a tenant (operators).",
+                    "requestBody": body("TenantCreate"),
+                    "responses": admin_errors(json!({ "201": ok("Created.", schema("Tenant")), "409": problem("A tenant with this name exists.") }), true)
+                }
+            },
+            "/v1/admin/tenants/{tenant}": {
+                "parameters": [tenant_param()],
+                "get": operation("getTenant", "tenants", "Read a tenant.", admin_errors(json!({ "200": ok("The tenant.", schema("Tenant")) }), false))
+            },
+            "/v1/admin/tenants/{tenant}/suspend": {
+                "parameters": [tenant_param()],
+                "post": operation("suspendTenant", "tenants", "Suspend a tenant: its check keys get 403 (operators).", admin_errors(json!({ "200": ok("Suspended.", schema("Tenant")) }), false))
+            },
+            "/v1/admin/tenants/{tenant}/resume": {
+                "parameters": [tenant_param()],
+                "post": operation("resumeTenant", "tenants", "Resume a suspended tenant (operators).", admin_errors(json!({ "200": ok("Active again.", schema("Tenant")) }), false))
+            },
+            "/v1/admin/tenants/{tenant}/rules": {
+                "parameters": [tenant_param()],
+                "get": operation("listRules", "rules", "List the tenant's rules.", admin_errors(json!({ "200": ok("The rules.", list_of("Rule")) }), false)),
+                "post": {
+                    "operationId": "createRule", "tags": ["rules"], "summary": "Create a rule.",
+                    "requestBody": body("RuleBody"),
+                    "responses": admin_errors(json!({ "201": ok("Created.", schema("Rule")), "409": problem("A rule with this name exists in the tenant.") }), true)
+                }
+            },
+            "/v1/admin/tenants/{tenant}/rules/{id}": {
+                "parameters": [tenant_param(), rule_id],
+                "get": operation("getRule", "rules", "Read a rule.", admin_errors(json!({ "200": ok("The rule.", schema("Rule")) }), false)),
+                "put": {
+                    "operationId": "replaceRule", "tags": ["rules"], "summary": "Replace a rule.",
+                    "requestBody": body("RuleBody"),
+                    "responses": admin_errors(json!({ "200": ok("Replaced.", schema("Rule")), "409": problem("Another rule has this name.") }), true)
+                },
+                "delete": operation("deleteRule", "rules", "Delete a rule.", admin_errors(json!({ "204": { "description": "Deleted." } }), false))
+            },
+            "/v1/admin/tenants/{tenant}/keys": {
+                "parameters": [tenant_param()],
+                "get": operation("listKeys", "keys", "List the tenant's keys (display prefixes, never keys).", admin_errors(json!({ "200": ok("The keys.", list_of("ApiKey")) }), false)),
+                "post": {
+                    "operationId": "createKey", "tags": ["keys"],
+                    "summary": "Register a key generated by the client: only its SHA-256 and display prefix are sent.",
+                    "requestBody": body("KeyCreate"),
+                    "responses": admin_errors(json!({ "201": ok("Registered.", schema("ApiKey")), "409": problem("A key with this hash exists.") }), true)
+                }
+            },
+            "/v1/admin/tenants/{tenant}/keys/{id}/rotate": {
+                "parameters": [tenant_param(), key_id.clone()],
+                "post": {
+                    "operationId": "rotateKey", "tags": ["keys"],
+                    "summary": "Register a replacement key; the old one keeps working for grace_seconds.",
+                    "requestBody": body("KeyRotate"),
+                    "responses": admin_errors(json!({ "201": ok("The new key.", schema("ApiKey")), "409": problem("A key with this hash exists.") }), true)
+                }
+            },
+            "/v1/admin/tenants/{tenant}/keys/{id}/revoke": {
+                "parameters": [tenant_param(), key_id],
+                "post": operation("revokeKey", "keys", "Revoke a key on every instance within a second.", admin_errors(json!({ "200": ok("Revoked.", schema("ApiKey")) }), false))
+            },
+            "/v1/admin/tenants/{tenant}/audit": {
+                "parameters": [tenant_param()],
+                "get": operation("tenantAudit", "audit", "The tenant's audit events, newest first.", admin_errors(json!({ "200": ok("The events.", list_of("AuditEvent")) }), false))
+            },
+            "/v1/admin/audit": {
+                "get": operation("platformAudit", "audit", "Every audit event, newest first (operators).", admin_errors(json!({ "200": ok("The events.", list_of("AuditEvent")) }), false))
+            },
+            "/v1/openapi.json": {
+                "get": { "operationId": "openapi", "tags": ["meta"], "summary": "This document.", "security": [],
+                         "responses": { "200": { "description": "The OpenAPI document.", "content": { "application/json": { "schema": { "type": "object" } } } } } }
+            }
+        },
+        "components": {
+            "securitySchemes": {
+                "apiKey": { "type": "apiKey", "in": "header", "name": "X-API-Key" },
+                "bearer": { "type": "http", "scheme": "bearer" }
+            },
+            "schemas": schemas()
+        }
+    })
+}
+
+fn rate_limit_headers(denied: bool) -> Value {
+    let int = json!({ "type": "integer", "minimum": 0 });
+    let mut headers = json!({
+        "X-RateLimit-Limit": { "schema": int, "description": "The deciding rule's limit." },
+        "X-RateLimit-Remaining": { "schema": int, "description": "What is left of it." },
+        "X-RateLimit-Reset": { "schema": int, "description": "Seconds until it is whole again." },
+        "RateLimit-Policy": { "schema": { "type": "string" }, "description": "draft-ietf-httpapi-ratelimit-headers-10: \"<policy>\";q=<limit>;w=<window seconds>" },
+        "RateLimit": { "schema": { "type": "string" }, "description": "draft-10: \"<policy>\";r=<remaining>;t=<seconds>" }
+    });
+    if denied {
+        headers["Retry-After"] = json!({ "schema": { "type": "integer", "minimum": 1 }, "description": "Seconds to wait; absent when the cost can never fit." });
+    }
+    headers
+}
+
+fn schemas() -> Value {
+    let name = json!({ "type": "string", "minLength": 1, "maxLength": MAX_NAME_BYTES, "pattern": "^[A-Za-z0-9_.:/-]+$" });
+    let text = json!({ "type": "string", "minLength": 1, "maxLength": MAX_ROUTE_BYTES });
+    let millis = json!({ "type": "integer", "description": "Unix time in milliseconds." });
+    let nullable_millis =
+        json!({ "type": ["integer", "null"], "description": "Unix time in milliseconds." });
+    json!({
+        "Problem": {
+            "type": "object", "required": ["type", "title", "status", "detail"],
+            "properties": {
+                "type": { "type": "string" }, "title": { "type": "string" }, "status": { "type": "integer" },
+                "detail": { "type": "string", "description": "What went wrong and what to do next." },
+                "errors": { "type": "array", "items": { "type": "object", "required": ["field", "message"],
+                    "properties": { "field": { "type": "string" }, "message": { "type": "string" } } } }
+            }
+        },
+        "CheckRequest": {
+            "type": "object", "required": ["route"], "additionalProperties": false,
+            "description": format!("At most {MAX_BODY_BYTES} bytes."),
+            "properties": {
+                "route": { "type": "string", "minLength": 1, "maxLength": MAX_ROUTE_BYTES, "examples": ["POST /transfers/{id}"] },
+                "cost": { "type": "integer", "minimum": 1, "maximum": MAX_COST, "default": 1 },
+                "subject": text,
+                "request_id": { "type": "string", "minLength": 1, "maxLength": MAX_REQUEST_ID_BYTES,
+                                "description": "Makes the check idempotent for 10 minutes." }
+            }
+        },
+        "CheckResponse": {
+            "type": "object", "required": ["allowed", "policy", "limit", "remaining", "reset_after_ms", "retry_after_ms"],
+            "properties": {
+                "allowed": { "type": "boolean" },
+                "policy": { "type": ["string", "null"], "description": "The deciding rule; null when no rule applies." },
+                "limit": { "type": ["integer", "null"] },
+                "remaining": { "type": ["integer", "null"] },
+                "reset_after_ms": { "type": ["integer", "null"] },
+                "retry_after_ms": { "type": ["integer", "null"] },
+                "never_fits": { "type": "boolean", "description": "The cost exceeds the rule's capacity: do not retry." },
+                "degraded": { "type": "string", "enum": ["fail_open"], "description": "The limiter could not decide; a fail-open rule allowed." }
+            }
+        },
+        "TenantCreate": { "type": "object", "required": ["name"], "additionalProperties": false,
+            "properties": { "name": { "type": "string", "minLength": 1, "maxLength": 100 } } },
+        "Tenant": {
+            "type": "object", "required": ["id", "name", "status", "created_at", "updated_at"],
+            "properties": { "id": { "type": "string" }, "name": { "type": "string" },
+                "status": { "type": "string", "enum": ["active", "suspended"] },
+                "created_at": millis, "updated_at": millis }
+        },
+        "RuleBody": {
+            "type": "object", "additionalProperties": false,
+            "required": ["name", "match", "scope", "algorithm", "limit", "period_ms"],
+            "properties": {
+                "name": name,
+                "match": { "type": "string", "enum": ["exact", "prefix", "default", "all"] },
+                "route": text,
+                "scope": { "type": "string", "enum": ["tenant", "subject"] },
+                "algorithm": { "type": "string", "enum": ["token_bucket", "gcra", "leaky_bucket", "fixed_window", "sliding_window", "sliding_log"] },
+                "limit": { "type": "integer", "minimum": 1, "maximum": MAX_LIMIT },
+                "period_ms": { "type": "integer", "minimum": 1, "maximum": MAX_PERIOD_MS },
+                "burst": { "type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "description": "Bucket algorithms only; defaults to limit." },
+                "penalty": { "type": "boolean", "default": false },
+                "failure_mode": { "type": "string", "enum": ["closed", "open"], "default": "closed" },
+                "shadow": { "type": "boolean", "default": false },
+                "enabled": { "type": "boolean", "default": true }
+            }
+        },
+        "Rule": {
+            "allOf": [schema("RuleBody"), {
+                "type": "object", "required": ["id", "tenant_id", "created_at", "updated_at"],
+                "properties": { "id": { "type": "string" }, "tenant_id": { "type": "string" }, "created_at": millis, "updated_at": millis }
+            }]
+        },
+        "KeyCreate": {
+            "type": "object", "additionalProperties": false, "required": ["kind", "name", "hash", "prefix"],
+            "properties": {
+                "kind": { "type": "string", "enum": ["check", "admin"] },
+                "name": { "type": "string", "minLength": 1, "maxLength": 100 },
+                "hash": { "type": "string", "pattern": "^[0-9a-f]{64}$", "description": "SHA-256 of the key, lower-case hex." },
+                "prefix": { "type": "string", "maxLength": 16, "description": "The key's first characters, for display." }
+            }
+        },
+        "KeyRotate": {
+            "type": "object", "additionalProperties": false, "required": ["hash", "prefix"],
+            "properties": {
+                "hash": { "type": "string", "pattern": "^[0-9a-f]{64}$" },
+                "prefix": { "type": "string", "maxLength": 16 },
+                "grace_seconds": { "type": "integer", "minimum": 0, "maximum": crate::service::MAX_GRACE_SECONDS, "default": 0 }
+            }
+        },
+        "ApiKey": {
+            "type": "object", "required": ["id", "kind", "name", "prefix", "created_at"],
+            "properties": {
+                "id": { "type": "string" }, "tenant_id": { "type": ["string", "null"] },
+                "kind": { "type": "string", "enum": ["check", "admin", "operator"] },
+                "name": { "type": "string" }, "prefix": { "type": "string" },
+                "created_at": millis, "expires_at": nullable_millis, "revoked_at": nullable_millis,
+                "last_used_at": nullable_millis, "replaced_by": { "type": ["string", "null"] }
+            }
+        },
+        "AuditEvent": {
+            "type": "object", "required": ["id", "actor", "action", "detail", "at"],
+            "properties": {
+                "id": { "type": "integer" }, "tenant_id": { "type": ["string", "null"] },
+                "actor": { "type": "string", "description": "key:<prefix>, user:<email> or cli" },
+                "action": { "type": "string", "examples": ["rule.create", "tenant.suspend"] },
+                "target": { "type": ["string", "null"] },
+                "detail": { "type": "string", "description": "JSON text." },
+                "at": millis
+            }
+        }
+    })
+}
+
+/// `GET /v1/openapi.json`.
+pub async fn handler() -> Json<Value> {
+    Json(document())
+}

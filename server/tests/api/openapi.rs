@@ -1,0 +1,326 @@
+//! The OpenAPI document: valid per an OpenAPI validator, and true: every operation it lists
+//! is called here, and every answer's status is one it declares for that operation.
+
+use std::path::Path;
+use std::process::Command;
+
+use app::keys::KeyKind;
+use serde_json::{json, Value};
+
+use crate::helpers::{new_key, rule, spawn_embedded, TestApp};
+
+#[tokio::test]
+async fn the_openapi_document_passes_an_openapi_validator() {
+    let app = spawn_embedded().await;
+    let (status, headers, document) = app.call("GET", "/v1/openapi.json", None, None).await;
+    assert_eq!(status, 200);
+    assert!(headers["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("application/json"));
+    let end2end = Path::new(env!("CARGO_MANIFEST_DIR")).join("../end2end");
+    assert!(
+        end2end
+            .join("node_modules/@apidevtools/swagger-parser")
+            .exists(),
+        "the validator is not installed: run scripts/setup (it runs npm ci in end2end/)"
+    );
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), serde_json::to_vec(&document).unwrap()).unwrap();
+    let out = Command::new("node")
+        .arg(end2end.join("validate-openapi.cjs"))
+        .arg(file.path())
+        .output()
+        .expect("node runs (scripts/setup installs it)");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("valid: Sluice"), "{said}");
+
+    // And the validator really rejects a broken document.
+    let mut broken = document.clone();
+    broken["paths"]["/v1/check"]["post"]["responses"] = json!("not responses");
+    std::fs::write(file.path(), serde_json::to_vec(&broken).unwrap()).unwrap();
+    let out = Command::new("node")
+        .arg(end2end.join("validate-openapi.cjs"))
+        .arg(file.path())
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "a broken document must fail validation"
+    );
+}
+
+/// Calls made in the walk: (method, path template, status).
+struct Walk<'a> {
+    app: &'a TestApp,
+    calls: Vec<(String, String, u16)>,
+}
+
+impl Walk<'_> {
+    async fn call(
+        &mut self,
+        method: &str,
+        template: &str,
+        path: &str,
+        key: Option<&str>,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let (status, _, answer) = self.app.call(method, path, key, body.as_ref()).await;
+        self.calls
+            .push((method.to_lowercase(), template.to_owned(), status));
+        (status, answer)
+    }
+}
+
+#[tokio::test]
+async fn every_documented_operation_is_exercised_and_answers_a_documented_status() {
+    let app = spawn_embedded().await;
+    let op = app.operator_key().await;
+    let mut w = Walk {
+        app: &app,
+        calls: Vec::new(),
+    };
+    let (_, document) = w
+        .call("GET", "/v1/openapi.json", "/v1/openapi.json", None, None)
+        .await;
+
+    let (_, tenant) = w
+        .call(
+            "POST",
+            "/v1/admin/tenants",
+            "/v1/admin/tenants",
+            Some(&op),
+            Some(json!({ "name": "walk" })),
+        )
+        .await;
+    let t = tenant["id"].as_str().unwrap().to_owned();
+    w.call(
+        "POST",
+        "/v1/admin/tenants",
+        "/v1/admin/tenants",
+        Some(&op),
+        Some(json!({ "name": "walk" })),
+    )
+    .await; // 409
+    w.call(
+        "GET",
+        "/v1/admin/tenants",
+        "/v1/admin/tenants",
+        Some(&op),
+        None,
+    )
+    .await;
+    w.call(
+        "GET",
+        "/v1/admin/tenants/{tenant}",
+        &format!("/v1/admin/tenants/{t}"),
+        Some(&op),
+        None,
+    )
+    .await;
+    w.call(
+        "GET",
+        "/v1/admin/tenants/{tenant}",
+        "/v1/admin/tenants/nope",
+        Some(&op),
+        None,
+    )
+    .await; // 404
+
+    let keys = "/v1/admin/tenants/{tenant}/keys";
+    let keys_path = format!("/v1/admin/tenants/{t}/keys");
+    let (admin, hash, prefix) = new_key(KeyKind::Admin);
+    w.call(
+        "POST",
+        keys,
+        &keys_path,
+        Some(&op),
+        Some(json!({ "kind": "admin", "name": "a", "hash": hash, "prefix": prefix })),
+    )
+    .await;
+    let (check, hash, prefix) = new_key(KeyKind::Check);
+    let (_, check_key) = w
+        .call(
+            "POST",
+            keys,
+            &keys_path,
+            Some(&admin),
+            Some(json!({ "kind": "check", "name": "c", "hash": hash, "prefix": prefix })),
+        )
+        .await;
+    w.call(
+        "POST",
+        keys,
+        &keys_path,
+        Some(&admin),
+        Some(json!({ "kind": "check", "name": "c", "hash": "short", "prefix": prefix })),
+    )
+    .await; // 400
+    w.call("GET", keys, &keys_path, Some(&admin), None).await;
+    w.call("GET", keys, &keys_path, Some(&check), None).await; // 403
+
+    let rules = "/v1/admin/tenants/{tenant}/rules";
+    let rules_path = format!("/v1/admin/tenants/{t}/rules");
+    let (_, created) = w
+        .call(
+            "POST",
+            rules,
+            &rules_path,
+            Some(&admin),
+            Some(rule("r", "all", None, "gcra", 1, 60_000)),
+        )
+        .await;
+    let rule_path = format!("{rules_path}/{}", created["id"].as_str().unwrap());
+    let one_rule = "/v1/admin/tenants/{tenant}/rules/{id}";
+    w.call("GET", rules, &rules_path, Some(&admin), None).await;
+    w.call("GET", one_rule, &rule_path, Some(&admin), None)
+        .await;
+    w.call(
+        "PUT",
+        one_rule,
+        &rule_path,
+        Some(&admin),
+        Some(rule("r", "all", None, "gcra", 1, 60_000)),
+    )
+    .await;
+    w.call(
+        "PUT",
+        one_rule,
+        &rule_path,
+        Some(&admin),
+        Some(json!({ "name": "r" })),
+    )
+    .await; // 400
+
+    w.call(
+        "POST",
+        "/v1/check",
+        "/v1/check",
+        Some(&check),
+        Some(json!({ "route": "GET /" })),
+    )
+    .await; // 200
+    w.call(
+        "POST",
+        "/v1/check",
+        "/v1/check",
+        Some(&check),
+        Some(json!({ "route": "GET /" })),
+    )
+    .await; // 429
+    w.call(
+        "POST",
+        "/v1/check",
+        "/v1/check",
+        Some(&check),
+        Some(json!({ "cost": 1 })),
+    )
+    .await; // 400
+    w.call(
+        "POST",
+        "/v1/check",
+        "/v1/check",
+        None,
+        Some(json!({ "route": "GET /" })),
+    )
+    .await; // 401
+    w.call(
+        "POST",
+        "/v1/check",
+        "/v1/check",
+        Some(&admin),
+        Some(json!({ "route": "GET /" })),
+    )
+    .await; // 403
+
+    let check_id = check_key["id"].as_str().unwrap();
+    let (_, hash, prefix) = new_key(KeyKind::Check);
+    let (_, rotated) = w
+        .call(
+            "POST",
+            "/v1/admin/tenants/{tenant}/keys/{id}/rotate",
+            &format!("{keys_path}/{check_id}/rotate"),
+            Some(&admin),
+            Some(json!({ "hash": hash, "prefix": prefix, "grace_seconds": 60 })),
+        )
+        .await;
+    let rotated_id = rotated["id"].as_str().unwrap();
+    w.call(
+        "POST",
+        "/v1/admin/tenants/{tenant}/keys/{id}/revoke",
+        &format!("{keys_path}/{rotated_id}/revoke"),
+        Some(&admin),
+        None,
+    )
+    .await;
+
+    w.call(
+        "POST",
+        "/v1/admin/tenants/{tenant}/suspend",
+        &format!("/v1/admin/tenants/{t}/suspend"),
+        Some(&op),
+        None,
+    )
+    .await;
+    w.call(
+        "POST",
+        "/v1/admin/tenants/{tenant}/suspend",
+        &format!("/v1/admin/tenants/{t}/suspend"),
+        Some(&admin),
+        None,
+    )
+    .await; // 403
+    w.call(
+        "POST",
+        "/v1/admin/tenants/{tenant}/resume",
+        &format!("/v1/admin/tenants/{t}/resume"),
+        Some(&op),
+        None,
+    )
+    .await;
+    w.call(
+        "GET",
+        "/v1/admin/tenants/{tenant}/audit",
+        &format!("/v1/admin/tenants/{t}/audit"),
+        Some(&admin),
+        None,
+    )
+    .await;
+    w.call("GET", "/v1/admin/audit", "/v1/admin/audit", Some(&op), None)
+        .await;
+    w.call("DELETE", one_rule, &rule_path, Some(&admin), None)
+        .await;
+    w.call("DELETE", one_rule, &rule_path, Some(&admin), None)
+        .await; // 404
+
+    // Every documented operation was called ...
+    let paths = document["paths"].as_object().unwrap();
+    let mut operations = 0;
+    for (template, item) in paths {
+        for (method, operation) in item.as_object().unwrap() {
+            if method == "parameters" {
+                continue;
+            }
+            operations += 1;
+            let id = operation["operationId"].as_str().unwrap();
+            assert!(
+                w.calls.iter().any(|(m, t, _)| m == method && t == template),
+                "{id} ({method} {template}) is documented but was not exercised"
+            );
+        }
+    }
+    assert_eq!(operations, 18);
+    // ... and every answer is documented for its operation.
+    for (method, template, status) in &w.calls {
+        let responses = &paths[template.as_str()][method.as_str()]["responses"];
+        assert!(
+            responses.get(status.to_string()).is_some(),
+            "{method} {template} answered {status}, which the document does not list"
+        );
+    }
+}
