@@ -31,34 +31,35 @@ pub async fn get_status() -> Result<Status, AppError> {
 /// Shows the status and refreshes it on request.
 #[component]
 pub fn StatusWidget() -> impl IntoView {
-    // Read on the server during rendering; the browser reuses that reading when it hydrates
-    // and only calls the server function again when asked to.
-    let status = Resource::new(|| (), |()| get_status());
+    // Read on the server during rendering; the browser reuses that reading when it hydrates.
+    let initial = Resource::new(|| (), |()| get_status());
+    // Later readings come from this action, whose pending state is false on the server too,
+    // so the hydrated button matches the server-rendered one.
+    let refresh = Action::new(|_: &()| get_status());
     let (readings, set_readings) = signal(1_u32);
-    let (pending, set_pending) = signal(false);
 
     view! {
         <section class="card status" aria-labelledby="status-title">
             <h2 id="status-title">"Instance"</h2>
-            <Transition
-                fallback=|| view! { <p class="muted">"Reading status…"</p> }
-                set_pending=set_pending
-            >
-                {move || status.get().map(|reading| match reading {
-                    Ok(s) => view! { <StatusTable status=s/> }.into_any(),
-                    Err(e) => view! {
-                        <p class="error" role="alert">{format!("Could not read the status: {e}")}</p>
-                    }.into_any(),
-                })}
+            <Transition fallback=|| view! { <p class="muted">"Reading status…"</p> }>
+                {move || {
+                    let reading = refresh.value().get().or_else(|| initial.get());
+                    reading.map(|reading| match reading {
+                        Ok(s) => view! { <StatusTable status=s/> }.into_any(),
+                        Err(e) => view! {
+                            <p class="error" role="alert">{format!("Could not read the status: {e}")}</p>
+                        }.into_any(),
+                    })
+                }}
             </Transition>
             <p class="actions">
                 <button
                     type="button"
                     data-testid="refresh-status"
-                    disabled=move || pending.get()
+                    disabled=move || refresh.pending().get()
                     on:click=move |_| {
                         set_readings.update(|n| *n += 1);
-                        status.refetch();
+                        refresh.dispatch(());
                     }
                 >
                     "Check again"
