@@ -1,0 +1,164 @@
+//! An open-loop load generator: requests leave at a constant arrival rate whatever the
+//! server's latency, and each latency is measured from the moment its request was due, so a
+//! slow server cannot hide its queueing (no coordinated omission).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+/// How tenants and subjects are picked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mix {
+    Uniform,
+    /// Zipf with exponent 1.1 over tenants and over subjects.
+    Zipf,
+    /// Every request on one tenant and one subject.
+    Hot,
+}
+
+impl std::str::FromStr for Mix {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "uniform" => Ok(Mix::Uniform),
+            "zipf" => Ok(Mix::Zipf),
+            "hot" => Ok(Mix::Hot),
+            other => Err(format!("unknown mix {other:?}: use uniform, zipf or hot")),
+        }
+    }
+}
+
+/// One run's parameters.
+#[derive(Debug, Clone)]
+pub struct Load {
+    pub url: String,
+    /// One check key per tenant.
+    pub keys: Vec<String>,
+    pub route: String,
+    pub subjects: usize,
+    pub mix: Mix,
+    pub rate: u32,
+    pub duration: Duration,
+    /// Requests still in flight beyond this are not sent and count as errors.
+    pub max_in_flight: usize,
+}
+
+/// What a run measured.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub target: u32,
+    pub achieved: f64,
+    pub sent: usize,
+    pub allowed: usize,
+    pub denied: usize,
+    pub errors: usize,
+    pub p50: Duration,
+    pub p90: Duration,
+    pub p95: Duration,
+    pub p99: Duration,
+}
+
+impl Report {
+    pub fn error_rate(&self) -> f64 {
+        if self.sent == 0 { 0.0 } else { self.errors as f64 / self.sent as f64 }
+    }
+}
+
+fn zipf_cdf(n: usize, s: f64) -> Vec<f64> {
+    let weights: Vec<f64> = (1..=n).map(|k| 1.0 / (k as f64).powf(s)).collect();
+    let total: f64 = weights.iter().sum();
+    let mut acc = 0.0;
+    weights.iter().map(|w| { acc += w / total; acc }).collect()
+}
+
+fn pick(rng: &mut SmallRng, n: usize, mix: Mix, cdf: &[f64]) -> usize {
+    match mix {
+        Mix::Uniform => rng.gen_range(0..n),
+        Mix::Hot => 0,
+        Mix::Zipf => {
+            let u: f64 = rng.r#gen();
+            cdf.partition_point(|&c| c < u).min(n - 1)
+        }
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let index = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[index]
+}
+
+/// Runs `load` and reports.
+pub async fn run(client: &reqwest::Client, load: &Load) -> Report {
+    let url = Arc::new(format!("{}/v1/check", load.url.trim_end_matches('/')));
+    let tenant_cdf = zipf_cdf(load.keys.len(), 1.1);
+    let subject_cdf = zipf_cdf(load.subjects, 1.1);
+    let mut rng = SmallRng::seed_from_u64(42);
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let interval = Duration::from_secs_f64(1.0 / f64::from(load.rate));
+    let total = (f64::from(load.rate) * load.duration.as_secs_f64()) as usize;
+    let started = Instant::now();
+    let mut tasks = Vec::with_capacity(total);
+    let mut skipped = 0;
+    for i in 0..total {
+        let due = started + interval.mul_f64(i as f64);
+        tokio::time::sleep_until(due.into()).await;
+        if in_flight.load(Ordering::Relaxed) >= load.max_in_flight {
+            skipped += 1;
+            continue;
+        }
+        let tenant = pick(&mut rng, load.keys.len(), load.mix, &tenant_cdf);
+        let subject = pick(&mut rng, load.subjects, load.mix, &subject_cdf);
+        let body = format!(r#"{{"route":"{}","subject":"user-{subject}"}}"#, load.route);
+        let request = client
+            .post(url.as_str())
+            .header("x-api-key", &load.keys[tenant])
+            .header("content-type", "application/json")
+            .body(body);
+        let in_flight = in_flight.clone();
+        in_flight.fetch_add(1, Ordering::Relaxed);
+        tasks.push(tokio::spawn(async move {
+            let status = match request.send().await {
+                Ok(response) => {
+                    let status = response.status().as_u16();
+                    let _ = response.bytes().await;
+                    status
+                }
+                Err(_) => 0,
+            };
+            in_flight.fetch_sub(1, Ordering::Relaxed);
+            (status, due.elapsed())
+        }));
+    }
+    let mut latencies = Vec::with_capacity(total);
+    let (mut allowed, mut denied, mut errors) = (0, 0, skipped);
+    for task in tasks {
+        let (status, latency) = task.await.unwrap_or((0, Duration::ZERO));
+        match status {
+            200 => allowed += 1,
+            429 => denied += 1,
+            _ => errors += 1,
+        }
+        latencies.push(latency);
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    latencies.sort();
+    Report {
+        target: load.rate,
+        achieved: (allowed + denied) as f64 / elapsed.max(load.duration.as_secs_f64()),
+        sent: total,
+        allowed,
+        denied,
+        errors,
+        p50: percentile(&latencies, 0.50),
+        p90: percentile(&latencies, 0.90),
+        p95: percentile(&latencies, 0.95),
+        p99: percentile(&latencies, 0.99),
+    }
+}
