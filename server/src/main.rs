@@ -50,7 +50,9 @@ fn announce(app: &Application) {
     }
     println!("  Open the URL in a browser; the console shows the instance status.");
     println!("  Console sign-in is not built yet. The admin API is: create the first operator key");
-    println!("  with `sluice key create --operator` (same SLUICE_DATA_DIR / DATABASE_URL) and send");
+    println!(
+        "  with `sluice key create --operator` (same SLUICE_DATA_DIR / DATABASE_URL) and send"
+    );
     println!("  it as X-API-Key to /v1/admin/*. The API is described at http://{address}/v1/openapi.json");
     println!("  Stop with Ctrl-C.");
     println!();

@@ -6,7 +6,12 @@
 //! Run: `scripts/bench` (it builds the release server first). Arguments:
 //! `--seconds N` per tier (default 15), `--modes embedded,redis,cluster`, `--mix zipf`.
 
-#![allow(clippy::print_stdout, clippy::print_stderr, clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::print_stdout,
+    clippy::print_stderr,
+    clippy::unwrap_used,
+    clippy::expect_used
+)]
 
 #[allow(dead_code)]
 #[path = "../../tests/api/services.rs"]
@@ -22,7 +27,9 @@ use loadgen::{Load, Mix, Report};
 use rand::RngCore;
 use serde_json::{json, Value};
 
-const TIERS: [u32; 8] = [500, 1_000, 2_000, 5_000, 7_500, 10_000, 15_000, 20_000];
+const TIERS: [u32; 9] = [
+    500, 1_000, 2_000, 5_000, 10_000, 20_000, 30_000, 40_000, 60_000,
+];
 const TENANTS: usize = 10;
 const SUBJECTS: usize = 10_000;
 
@@ -58,12 +65,16 @@ fn start_server(env: &[(&str, String)]) -> Server {
     for (k, v) in env {
         command.env(k, v);
     }
-    let child = command.spawn().expect("start sluice");
-    let url = format!("http://127.0.0.1:{port}");
+    // Owned at once, so a failed start still kills and reaps the process.
+    let server = Server {
+        child: command.spawn().expect("start sluice"),
+        url: format!("http://127.0.0.1:{port}"),
+        _data: data,
+    };
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
         if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return Server { child, url, _data: data };
+            return server;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -72,7 +83,10 @@ fn start_server(env: &[(&str, String)]) -> Server {
 
 fn operator_key(env: &[(&str, String)], data: &std::path::Path) -> String {
     let mut command = Command::new(binary());
-    command.args(["key", "create", "--operator"]).env("SLUICE_DATA_DIR", data).stderr(Stdio::null());
+    command
+        .args(["key", "create", "--operator"])
+        .env("SLUICE_DATA_DIR", data)
+        .stderr(Stdio::null());
     for (k, v) in env {
         command.env(k, v);
     }
@@ -82,21 +96,58 @@ fn operator_key(env: &[(&str, String)], data: &std::path::Path) -> String {
 }
 
 async fn api(client: &reqwest::Client, url: &str, key: &str, path: &str, body: Value) -> Value {
-    let response = client.post(format!("{url}{path}")).header("x-api-key", key).json(&body).send().await.unwrap();
-    assert!(response.status().is_success(), "{path}: {}", response.status());
+    let response = client
+        .post(format!("{url}{path}"))
+        .header("x-api-key", key)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        response.status().is_success(),
+        "{path}: {}",
+        response.status()
+    );
     response.json().await.unwrap()
 }
 
 /// Creates a tenant with `rule` and returns a check key for it.
-async fn tenant(client: &reqwest::Client, url: &str, operator: &str, name: &str, rule: Value) -> String {
-    let tenant = api(client, url, operator, "/v1/admin/tenants", json!({ "name": name })).await;
+async fn tenant(
+    client: &reqwest::Client,
+    url: &str,
+    operator: &str,
+    name: &str,
+    rule: Value,
+) -> String {
+    let tenant = api(
+        client,
+        url,
+        operator,
+        "/v1/admin/tenants",
+        json!({ "name": name }),
+    )
+    .await;
     let id = tenant["id"].as_str().unwrap();
-    api(client, url, operator, &format!("/v1/admin/tenants/{id}/rules"), rule).await;
+    api(
+        client,
+        url,
+        operator,
+        &format!("/v1/admin/tenants/{id}/rules"),
+        rule,
+    )
+    .await;
     let mut random = [0_u8; 32];
     rand::rngs::OsRng.fill_bytes(&mut random);
     let key = format_key(KeyKind::Check, &random);
     let body = json!({ "kind": "check", "name": "bench", "hash": sluice::auth::sha256_hex(&key), "prefix": display_prefix(&key) });
-    api(client, url, operator, &format!("/v1/admin/tenants/{id}/keys"), body).await;
+    api(
+        client,
+        url,
+        operator,
+        &format!("/v1/admin/tenants/{id}/keys"),
+        body,
+    )
+    .await;
     key
 }
 
@@ -106,14 +157,15 @@ fn ms(d: Duration) -> String {
 
 fn row(r: &Report) -> String {
     format!(
-        "| {} req/s | {:.0} | {} | {} | {} | {} | {:.2}% |",
+        "| {} req/s | {:.0} | {} | {} | {} | {} | {:.2}% | {} |",
         r.target,
         r.achieved,
         ms(r.p50),
         ms(r.p90),
         ms(r.p95),
         ms(r.p99),
-        r.error_rate() * 100.0
+        r.error_rate() * 100.0,
+        ms(r.lag_p99)
     )
 }
 
@@ -134,7 +186,10 @@ async fn bench_mode(mode: &str, seconds: u64, mix: Mix) -> String {
     }
     let server = start_server(&env);
     let operator = operator_key(&env, server._data.path());
-    let client = reqwest::Client::builder().pool_max_idle_per_host(2048).build().unwrap();
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(2048)
+        .build()
+        .unwrap();
     let mut allow_keys = Vec::new();
     for i in 0..TENANTS {
         let rule = json!({ "name": "per-user", "match": "default", "scope": "subject",
@@ -158,7 +213,7 @@ async fn bench_mode(mode: &str, seconds: u64, mix: Mix) -> String {
     // Warm the caches and connection pools.
     loadgen::run(&client, &load(allow_keys.clone(), 500, 2, mix)).await;
 
-    let mut out = format!("\n### {mode}\n\n| target | achieved (req/s) | p50 | p90 | p95 | p99 | errors |\n|---|---:|---:|---:|---:|---:|---:|\n");
+    let mut out = format!("\n### {mode}\n\n| target | achieved (req/s) | p50 | p90 | p95 | p99 | errors | send lag p99 |\n|---|---:|---:|---:|---:|---:|---:|---:|\n");
     for rate in TIERS {
         let report = loadgen::run(&client, &load(allow_keys.clone(), rate, seconds, mix)).await;
         eprintln!("{mode} allow {}", row(&report));
@@ -171,11 +226,20 @@ async fn bench_mode(mode: &str, seconds: u64, mix: Mix) -> String {
             break;
         }
     }
-    out.push_str("\nDeny path (one tenant over its limit, every request denied after the first):\n\n| target | achieved (req/s) | p50 | p90 | p95 | p99 | errors | denied |\n|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    out.push_str("\nDeny path (one tenant over its limit, every request denied after the first):\n\n| target | achieved (req/s) | p50 | p90 | p95 | p99 | errors | send lag p99 | denied |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for rate in [1_000, 2_000] {
-        let report = loadgen::run(&client, &load(vec![deny_key.clone()], rate, seconds, Mix::Hot)).await;
+        let report = loadgen::run(
+            &client,
+            &load(vec![deny_key.clone()], rate, seconds, Mix::Hot),
+        )
+        .await;
         eprintln!("{mode} deny {}", row(&report));
-        out.push_str(&format!("{} {} of {} |\n", row(&report), report.denied, report.sent));
+        out.push_str(&format!(
+            "{} {} of {} |\n",
+            row(&report),
+            report.denied,
+            report.sent
+        ));
     }
     drop(server);
     out
@@ -184,10 +248,18 @@ async fn bench_mode(mode: &str, seconds: u64, mix: Mix) -> String {
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let arg = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
+    let arg = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
     let seconds: u64 = arg("--seconds").map_or(15, |s| s.parse().expect("--seconds N"));
     let modes = arg("--modes").unwrap_or_else(|| "embedded,redis,cluster".into());
-    let mix: Mix = arg("--mix").unwrap_or_else(|| "zipf".into()).parse().unwrap();
+    let mix: Mix = arg("--mix")
+        .unwrap_or_else(|| "zipf".into())
+        .parse()
+        .unwrap();
     println!(
         "Open-loop constant arrival rate, {seconds} s per tier, {TENANTS} tenants and {SUBJECTS} subjects ({mix:?} mix), \
          one release `sluice` process; the load generator, the server, Redis and PostgreSQL share this machine's {} cores.",

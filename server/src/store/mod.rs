@@ -10,6 +10,7 @@ pub mod audit;
 pub mod keys;
 pub mod rules;
 pub mod tenants;
+pub mod users;
 
 use std::str::FromStr;
 use std::time::Duration;

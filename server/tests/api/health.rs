@@ -4,6 +4,19 @@ use crate::helpers::{embedded_config, spawn_app, spawn_embedded};
 use crate::services::{shared_postgres, RedisCluster, RedisServer};
 use sluice::config::Config;
 
+/// Polls `/readyz` for up to 5 s until it answers 200 again.
+async fn assert_readyz_recovers(app: &crate::helpers::TestApp, what: &str) {
+    let mut last = 0;
+    for _ in 0..50 {
+        last = app.get("/readyz").await.status().as_u16();
+        if last == 200 {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("readyz still answers {last} 5 s after {what} came back");
+}
+
 #[tokio::test]
 async fn embedded_instance_is_healthy_and_ready() {
     let app = spawn_embedded().await;
@@ -46,18 +59,7 @@ async fn readyz_names_redis_while_it_is_down_and_recovers_when_it_is_back() {
     assert_eq!(app.get("/healthz").await.status(), 200);
 
     redis.restart();
-    let mut last = 0;
-    for _ in 0..50 {
-        last = app.get("/readyz").await.status().as_u16();
-        if last == 200 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    assert_eq!(
-        last, 200,
-        "readyz did not recover within 5 s of Redis coming back"
-    );
+    assert_readyz_recovers(&app, "Redis").await;
 }
 
 #[tokio::test]
@@ -74,18 +76,7 @@ async fn readyz_names_the_database_while_postgres_is_down() {
     assert_eq!(body["down"], serde_json::json!(["database"]), "{body}");
 
     postgres.restart();
-    let mut last = 0;
-    for _ in 0..50 {
-        last = app.get("/readyz").await.status().as_u16();
-        if last == 200 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    assert_eq!(
-        last, 200,
-        "readyz did not recover within 5 s of PostgreSQL coming back"
-    );
+    assert_readyz_recovers(&app, "PostgreSQL").await;
 }
 
 #[tokio::test]

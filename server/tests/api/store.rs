@@ -3,7 +3,7 @@
 use app::keys::KeyKind;
 use app::rules::{Algorithm, FailureMode, MatchKind, RuleBody, Scope};
 use sluice::store::keys::NewKey;
-use sluice::store::{audit, keys, rules, tenants, Db, StoreError};
+use sluice::store::{audit, keys, rules, tenants, users, Db, StoreError};
 
 async fn sqlite() -> (Db, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
@@ -58,6 +58,7 @@ on_both_databases!(
     rules_round_trip_every_field,
     rules_are_scoped_to_their_tenant,
     audit_events_list_newest_first_per_tenant,
+    users_are_unique_by_email_and_tied_to_their_role,
 );
 
 fn body(name: &str) -> RuleBody {
@@ -280,4 +281,48 @@ async fn audit_events_list_newest_first_per_tenant(db: &Db) {
     assert_eq!(events[0].detail, r#"{"n":1}"#);
     assert_eq!(audit::list(db, None, 10).await.unwrap().len(), 3);
     assert_eq!(audit::list(db, None, 1).await.unwrap().len(), 1);
+}
+
+async fn users_are_unique_by_email_and_tied_to_their_role(db: &Db) {
+    let tenant = tenants::insert(db, "acme").await.unwrap();
+    let admin = users::insert(
+        db,
+        " Ada@Example.com ",
+        "$argon2id$x",
+        "tenant_admin",
+        Some(&tenant.id),
+    )
+    .await
+    .unwrap();
+    assert_eq!(admin.email, "ada@example.com");
+    assert_eq!(
+        users::find_by_email(db, "ADA@example.com")
+            .await
+            .unwrap()
+            .unwrap(),
+        admin
+    );
+    let duplicate = users::insert(db, "ada@example.com", "h", "operator", None)
+        .await
+        .unwrap_err();
+    assert!(matches!(duplicate, StoreError::Conflict(_)));
+    // The schema ties roles to tenants: an operator has none, a tenant admin has one.
+    assert!(
+        users::insert(db, "op@example.com", "h", "operator", Some(&tenant.id))
+            .await
+            .is_err()
+    );
+    assert!(
+        users::insert(db, "ta@example.com", "h", "tenant_admin", None)
+            .await
+            .is_err()
+    );
+    users::insert(db, "op@example.com", "h", "operator", None)
+        .await
+        .unwrap();
+    assert_eq!(users::list(db).await.unwrap().len(), 2);
+    assert!(users::find_by_email(db, "nobody@example.com")
+        .await
+        .unwrap()
+        .is_none());
 }

@@ -1,0 +1,69 @@
+//! Console users. Passwords arrive here already hashed (argon2id PHC strings); sign-in and
+//! sessions build on these functions.
+
+use serde::Serialize;
+
+use super::{conflict_as, now_ms, with_pool, Db, StoreError};
+
+/// A console user.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+pub struct User {
+    pub id: String,
+    pub email: String,
+    #[serde(skip)]
+    pub password_hash: String,
+    /// `operator` or `tenant_admin`.
+    pub role: String,
+    /// The tenant of a tenant admin; `None` for operators.
+    pub tenant_id: Option<String>,
+    pub created_at: i64,
+}
+
+const COLUMNS: &str = "id, email, password_hash, role, tenant_id, created_at";
+
+/// Stores a user. Emails are unique (compared in lower case).
+pub async fn insert(
+    db: &Db,
+    email: &str,
+    password_hash: &str,
+    role: &str,
+    tenant_id: Option<&str>,
+) -> Result<User, StoreError> {
+    let user = User {
+        id: uuid::Uuid::new_v4().to_string(),
+        email: email.trim().to_lowercase(),
+        password_hash: password_hash.to_owned(),
+        role: role.to_owned(),
+        tenant_id: tenant_id.map(str::to_owned),
+        created_at: now_ms(),
+    };
+    let sql = format!("INSERT INTO users ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6)");
+    with_pool!(db, pool => {
+        sqlx::query(&sql)
+            .bind(&user.id)
+            .bind(&user.email)
+            .bind(&user.password_hash)
+            .bind(&user.role)
+            .bind(&user.tenant_id)
+            .bind(user.created_at)
+            .execute(pool)
+            .await
+            .map_err(conflict_as("a user with this email"))?;
+    });
+    Ok(user)
+}
+
+/// The user with this email (any case), if any.
+pub async fn find_by_email(db: &Db, email: &str) -> Result<Option<User>, StoreError> {
+    let sql = format!("SELECT {COLUMNS} FROM users WHERE email = $1");
+    let email = email.trim().to_lowercase();
+    Ok(
+        with_pool!(db, pool => sqlx::query_as::<_, User>(&sql).bind(&email).fetch_optional(pool).await?),
+    )
+}
+
+/// Every user, by email.
+pub async fn list(db: &Db) -> Result<Vec<User>, StoreError> {
+    let sql = format!("SELECT {COLUMNS} FROM users ORDER BY email");
+    Ok(with_pool!(db, pool => sqlx::query_as::<_, User>(&sql).fetch_all(pool).await?))
+}
