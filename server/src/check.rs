@@ -174,7 +174,11 @@ async fn decide(
             })?),
         };
         checks.push(RuleCheck {
-            key: keys::bucket(&tenant_id, &rule.id, subject),
+            key: keys::bucket(
+                &tenant_id,
+                &keys::rule_part(&rule.id, rule.body.algorithm),
+                subject,
+            ),
             spec: rule.body.spec(),
             cost: check.cost,
             shadow: rule.body.shadow,

@@ -24,6 +24,21 @@ pub fn bucket(tenant: &str, rule: &str, subject: Option<&str>) -> String {
     format!("sl:{{{tenant}}}:{rule}:{part}")
 }
 
+/// The rule part of a bucket key: the rule's id and its algorithm. Editing a rule's limit
+/// keeps its buckets; changing its algorithm starts new ones, because each algorithm stores
+/// a different state (and `sliding_log` a different Redis type) under its key.
+pub fn rule_part(rule_id: &str, algorithm: app::rules::Algorithm) -> String {
+    let tag = match algorithm {
+        app::rules::Algorithm::TokenBucket => "tb",
+        app::rules::Algorithm::Gcra => "gcra",
+        app::rules::Algorithm::LeakyBucket => "lb",
+        app::rules::Algorithm::FixedWindow => "fw",
+        app::rules::Algorithm::SlidingWindow => "sw",
+        app::rules::Algorithm::SlidingLog => "sl",
+    };
+    format!("{rule_id}.{tag}")
+}
+
 /// The idempotency record of one request id: `slr:{<tenant>}:<hash of the id>`.
 pub fn request(tenant: &str, request_id: &str) -> String {
     format!("slr:{{{tenant}}}:{}", short_hash(request_id))
@@ -72,6 +87,17 @@ mod tests {
         assert_eq!(bucket("t1", "r1", None), "sl:{t1}:r1:*");
         assert_eq!(bucket("t1", "r1", Some("user-42")), "sl:{t1}:r1:s:user-42");
         assert!(request("t1", "req-1").starts_with("slr:{t1}:"));
+    }
+
+    #[test]
+    fn each_algorithm_of_a_rule_has_its_own_buckets() {
+        use app::rules::Algorithm;
+        let parts: std::collections::HashSet<String> = Algorithm::ALL
+            .into_iter()
+            .map(|a| rule_part("r", a))
+            .collect();
+        assert_eq!(parts.len(), 6);
+        assert_eq!(rule_part("r", Algorithm::Gcra), "r.gcra");
     }
 
     #[test]

@@ -499,6 +499,50 @@ async fn redis_down_fails_closed_with_503_or_open_with_a_count() {
 }
 
 #[tokio::test]
+async fn changing_a_rules_algorithm_starts_fresh_buckets_on_redis() {
+    let redis = RedisServer::start();
+    let app = distributed(&shared_postgres().fresh_database().await, &redis.url()).await;
+    let op = app.operator_key().await;
+    let t = setup_tenant(&app, &op, &[limited()]).await;
+    let route = json!({ "route": "GET /limited" });
+    assert_eq!(app.check(&t.check_key, route.clone()).await.0, 200);
+    assert_eq!(app.check(&t.check_key, route.clone()).await.0, 200);
+    assert_eq!(app.check(&t.check_key, route.clone()).await.0, 429);
+    // Same rule, new algorithm (a sorted set in Redis where the token bucket kept a hash).
+    let (_, _, rules) = app
+        .call(
+            "GET",
+            &format!("/v1/admin/tenants/{}/rules", t.id),
+            Some(&t.admin_key),
+            None,
+        )
+        .await;
+    let path = format!(
+        "/v1/admin/tenants/{}/rules/{}",
+        t.id,
+        rules[0]["id"].as_str().unwrap()
+    );
+    let log = rule(
+        "limited",
+        "exact",
+        Some("GET /limited"),
+        "sliding_log",
+        2,
+        60_000,
+    );
+    assert_eq!(
+        app.call("PUT", &path, Some(&t.admin_key), Some(&log))
+            .await
+            .0,
+        200
+    );
+    let (status, _, body) = app.check(&t.check_key, route.clone()).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(app.check(&t.check_key, route.clone()).await.0, 200);
+    assert_eq!(app.check(&t.check_key, route).await.0, 429);
+}
+
+#[tokio::test]
 async fn tenant_admins_see_only_their_own_tenant() {
     let app = spawn_embedded().await;
     let op = app.operator_key().await;
@@ -678,6 +722,7 @@ async fn changes_reach_every_instance_within_one_second() {
             Duration::from_secs(1),
         )
         .await;
+        eprintln!("rule change seen by another instance after {delay:?}");
         assert!(delay < Duration::from_secs(1), "rule change took {delay:?}");
     }
 
@@ -700,6 +745,7 @@ async fn changes_reach_every_instance_within_one_second() {
             Duration::from_secs(1),
         )
         .await;
+        eprintln!("suspension seen by another instance after {delay:?}");
         assert!(delay < Duration::from_secs(1), "suspension took {delay:?}");
     }
     assert_eq!(
@@ -740,6 +786,7 @@ async fn changes_reach_every_instance_within_one_second() {
         .await;
     }
     let delay = revoked_at.elapsed();
+    eprintln!("revocation rejected by all 3 instances after {delay:?}");
     assert!(
         delay < Duration::from_secs(1),
         "revocation reached all 3 instances after {delay:?}"
