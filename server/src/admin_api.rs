@@ -60,6 +60,11 @@ impl FromRequestParts<AppState> for Acting {
         match (key.kind, key.tenant_id) {
             (Some(KeyKind::Operator), _) => Ok(Acting(Actor::Operator { label })),
             (Some(KeyKind::Admin), Some(tenant_id)) => {
+                if !state.auth.tenant(&tenant_id).await?.is_active() {
+                    return Err(ApiError::Forbidden(
+                        "this tenant is suspended; its keys cannot be used".into(),
+                    ));
+                }
                 Ok(Acting(Actor::TenantAdmin { tenant_id, label }))
             }
             (Some(KeyKind::Check), _) => Err(ApiError::Forbidden(

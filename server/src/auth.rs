@@ -106,9 +106,15 @@ impl Authenticator {
             }
             Lookup::Stale(key) => {
                 self.metrics.cache("key", "stale");
+                let generation = self.caches.generation();
                 match self.load_key(&hash).await {
                     Ok(found) => found.ok_or(ApiError::Unauthorized)?,
-                    Err(e) if e.is_transient() => key,
+                    Err(e) if e.is_transient() => {
+                        // Serve the stale entry, and wait a refresh period before asking the
+                        // store again rather than on every request.
+                        self.caches.put_key(&hash, key.clone(), generation);
+                        key
+                    }
                     Err(e) => return Err(e.into()),
                 }
             }
@@ -125,14 +131,15 @@ impl Authenticator {
     }
 
     async fn load_key(&self, hash: &str) -> Result<Option<CachedKey>, store::StoreError> {
+        let generation = self.caches.generation();
         match store::keys::find_by_hash(&self.db, hash).await? {
             Some(key) => {
                 let cached = CachedKey::from(&key);
-                self.caches.put_key(hash, cached.clone());
+                self.caches.put_key(hash, cached.clone(), generation);
                 Ok(Some(cached))
             }
             None => {
-                self.caches.put_unknown_key(hash);
+                self.caches.put_unknown_key(hash, generation);
                 Ok(None)
             }
         }
@@ -147,10 +154,14 @@ impl Authenticator {
             }
             Lookup::Stale(t) => {
                 self.metrics.cache("tenant", "stale");
+                let generation = self.caches.generation();
                 match self.load_tenant(tenant_id).await {
                     Ok(Some(fresh)) => Ok(fresh),
                     Ok(None) => Err(ApiError::Unauthorized),
-                    Err(e) if e.is_transient() => Ok(t),
+                    Err(e) if e.is_transient() => {
+                        self.caches.put_tenant(t.clone(), generation);
+                        Ok(t)
+                    }
                     Err(e) => Err(e.into()),
                 }
             }
@@ -167,12 +178,13 @@ impl Authenticator {
         &self,
         tenant_id: &str,
     ) -> Result<Option<Arc<CompiledTenant>>, store::StoreError> {
+        let generation = self.caches.generation();
         let Some(tenant) = store::tenants::get(&self.db, tenant_id).await? else {
             return Ok(None);
         };
         let rules = store::rules::list(&self.db, tenant_id).await?;
         let compiled = Arc::new(CompiledTenant::compile(tenant, rules));
-        self.caches.put_tenant(compiled.clone());
+        self.caches.put_tenant(compiled.clone(), generation);
         Ok(Some(compiled))
     }
 }

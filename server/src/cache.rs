@@ -4,8 +4,13 @@
 //! Entries are dropped when an admin change is announced on the [`crate::propagation`] bus;
 //! a time-based refresh is only a safety net. When the database is down a stale entry keeps
 //! serving: [`Lookup::Stale`] tells the caller to try a reload and fall back to it.
+//!
+//! Every drop or clear bumps a generation counter. A loader reads the generation before it
+//! queries the store and stores its result only if no drop happened meanwhile, so a row read
+//! just before a revocation cannot be cached after the revocation was announced.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -150,6 +155,7 @@ impl CompiledTenant {
 /// The caches of one instance. Cloning shares them.
 #[derive(Clone, Default)]
 pub struct Caches {
+    generation: Arc<AtomicU64>,
     keys: Arc<RwLock<HashMap<String, Entry<CachedKey>>>>,
     unknown: Arc<RwLock<HashMap<String, Instant>>>,
     tenants: Arc<RwLock<HashMap<String, Entry<Arc<CompiledTenant>>>>>,
@@ -187,9 +193,18 @@ impl Caches {
         }
     }
 
-    pub fn put_key(&self, hash: &str, key: CachedKey) {
-        write(&self.unknown).remove(hash);
+    /// The current generation; pass it back to the `put_*` calls of a load.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
+    }
+
+    /// Caches a key loaded at `generation`; false (and nothing stored) if a drop happened
+    /// since. Locks are always taken in the order keys, tenants, unknown.
+    pub fn put_key(&self, hash: &str, key: CachedKey, generation: u64) -> bool {
         let mut keys = write(&self.keys);
+        if self.generation() != generation {
+            return false;
+        }
         if keys.len() >= MAX_KEYS {
             keys.clear();
         }
@@ -200,9 +215,16 @@ impl Caches {
                 loaded: Instant::now(),
             },
         );
+        write(&self.unknown).remove(hash);
+        true
     }
 
-    pub fn put_unknown_key(&self, hash: &str) {
+    /// Remembers that no key has this hash, unless a drop happened since `generation`.
+    pub fn put_unknown_key(&self, hash: &str, generation: u64) {
+        let _keys = write(&self.keys);
+        if self.generation() != generation {
+            return;
+        }
         let mut unknown = write(&self.unknown);
         if unknown.len() >= MAX_NEGATIVE {
             unknown.retain(|_, at| at.elapsed() < NEGATIVE_TTL);
@@ -221,8 +243,12 @@ impl Caches {
         }
     }
 
-    pub fn put_tenant(&self, compiled: Arc<CompiledTenant>) {
+    /// Caches a tenant loaded at `generation`, unless a drop happened since.
+    pub fn put_tenant(&self, compiled: Arc<CompiledTenant>, generation: u64) {
         let mut tenants = write(&self.tenants);
+        if self.generation() != generation {
+            return;
+        }
         if tenants.len() >= MAX_TENANTS {
             tenants.clear();
         }
@@ -237,18 +263,25 @@ impl Caches {
 
     /// Forgets a key, known or unknown (a key created with this hash must be found next).
     pub fn drop_key(&self, hash: &str) {
-        write(&self.keys).remove(hash);
+        let mut keys = write(&self.keys);
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        keys.remove(hash);
         write(&self.unknown).remove(hash);
     }
 
     pub fn drop_tenant(&self, tenant_id: &str) {
-        write(&self.tenants).remove(tenant_id);
+        let mut tenants = write(&self.tenants);
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        tenants.remove(tenant_id);
     }
 
     pub fn clear(&self) {
-        write(&self.keys).clear();
+        let mut keys = write(&self.keys);
+        let mut tenants = write(&self.tenants);
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        keys.clear();
+        tenants.clear();
         write(&self.unknown).clear();
-        write(&self.tenants).clear();
     }
 }
 
@@ -322,14 +355,38 @@ mod tests {
         assert!(t.resolve("GET /b").is_empty());
     }
 
+    fn key(id: &str) -> CachedKey {
+        CachedKey {
+            id: id.into(),
+            tenant_id: None,
+            kind: None,
+            prefix: String::new(),
+            expires_at: None,
+            revoked: false,
+        }
+    }
+
+    #[test]
+    fn a_load_that_raced_a_drop_is_not_cached() {
+        let caches = Caches::default();
+        let before = caches.generation();
+        // A revocation is announced while the row is being read...
+        caches.drop_key("h");
+        // ... so the row read before it must not land in the cache.
+        assert!(!caches.put_key("h", key("k"), before));
+        assert_eq!(caches.key("h"), Lookup::Miss);
+        assert!(caches.put_key("h", key("k"), caches.generation()));
+        assert!(matches!(caches.key("h"), Lookup::Fresh(_)));
+    }
+
     #[test]
     fn unknown_keys_are_remembered_briefly_and_boundedly() {
         let caches = Caches::default();
         assert_eq!(caches.key("h"), Lookup::Miss);
-        caches.put_unknown_key("h");
+        caches.put_unknown_key("h", caches.generation());
         assert_eq!(caches.key("h"), Lookup::Absent);
         for i in 0..MAX_NEGATIVE + 10 {
-            caches.put_unknown_key(&format!("x{i}"));
+            caches.put_unknown_key(&format!("x{i}"), caches.generation());
         }
         assert!(read(&caches.unknown).len() <= MAX_NEGATIVE);
         caches.drop_key("h");

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::auth::Authenticator;
 use crate::error::ApiError;
-use crate::limiter::{keys, CheckRequest, Limiter, RuleCheck};
+use crate::limiter::{keys, CheckRequest, Limiter, LimiterError, RuleCheck};
 use crate::metrics::Metrics;
 use crate::store::rules::Rule;
 
@@ -198,8 +198,18 @@ async fn decide(
 
     let outcome = match outcome {
         Ok(outcome) => outcome,
+        // A check the limiter refuses is a bug here, not an outage: no failure mode applies.
+        Err(error @ LimiterError::Invalid(_)) => return Err(error.into()),
         Err(error) => return undecided(metrics, &rules, error),
     };
+    if outcome.decisions.len() != rules.len() {
+        return Err(LimiterError::Protocol(format!(
+            "{} decisions for {} rules",
+            outcome.decisions.len(),
+            rules.len()
+        ))
+        .into());
+    }
     for (rule, decision) in rules.iter().zip(&outcome.decisions) {
         if rule.body.shadow && !decision.allowed() {
             metrics
@@ -303,7 +313,7 @@ fn respond(rule: &Rule, decision: &Decision, allowed: bool) -> Response {
 fn undecided(
     metrics: &Metrics,
     rules: &[std::sync::Arc<Rule>],
-    error: crate::limiter::LimiterError,
+    error: LimiterError,
 ) -> Result<Response, ApiError> {
     let enforced: Vec<&Rule> = rules
         .iter()

@@ -152,6 +152,9 @@ impl Application {
             LimiterTarget::InProcess => {}
         }
         drop(usage.spawn_flusher(db.clone(), USAGE_FLUSH));
+        if let Limiter::InProcess(memory) = &limiter {
+            drop(memory.spawn_sweeper(Duration::from_secs(10)));
+        }
         let state = AppState {
             leptos_options: leptos_options(&config, address),
             db: db.clone(),

@@ -60,6 +60,18 @@ pub fn display_prefix(key: &str) -> String {
     key.chars().take(DISPLAY_CHARS).collect()
 }
 
+/// Whether `key` has the shape of a Sluice key (a kind prefix and 64 hex digits). Anything
+/// else is refused before any lookup.
+pub fn is_well_formed(key: &str) -> bool {
+    [KeyKind::Check, KeyKind::Admin, KeyKind::Operator]
+        .into_iter()
+        .any(|kind| {
+            key.strip_prefix(kind.key_prefix()).is_some_and(|rest| {
+                rest.len() == 2 * KEY_BYTES && rest.bytes().all(|b| b.is_ascii_hexdigit())
+            })
+        })
+}
+
 /// Whether `hash` is a lower-case hex SHA-256.
 pub fn is_sha256_hex(hash: &str) -> bool {
     hash.len() == 64
@@ -80,6 +92,11 @@ mod tests {
         assert_eq!(display_prefix(&key), "sl_chk_ababa");
         assert_eq!(KeyKind::parse("admin"), Some(KeyKind::Admin));
         assert_eq!(KeyKind::parse("root"), None);
+        assert!(is_well_formed(&key));
+        assert!(is_well_formed(&format_key(KeyKind::Operator, &[1; 32])));
+        assert!(!is_well_formed("sl_chk_abc"));
+        assert!(!is_well_formed(&key.replace("sl_chk_", "sl_xyz_")));
+        assert!(!is_well_formed(&format!("{key}0")));
     }
 
     #[test]

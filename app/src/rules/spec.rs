@@ -190,6 +190,23 @@ impl LimitSpec {
             )),
             _ => {}
         }
+        // A bucket's state must be able to expire: refilling it from empty (capacity ×
+        // period / limit) may take at most MAX_PERIOD_MS.
+        if self.algorithm.has_burst() && self.limit > 0 && problems.is_empty() {
+            let refill_ms =
+                u128::from(self.capacity()) * u128::from(self.period_ms) / u128::from(self.limit);
+            if refill_ms > u128::from(MAX_PERIOD_MS) {
+                let field = if self.burst.is_some() {
+                    "burst"
+                } else {
+                    "period_ms"
+                };
+                problems.push(FieldError::new(
+                    field,
+                    "refilling the whole bucket (burst × period_ms ÷ limit) must take at most 366 days",
+                ));
+            }
+        }
         problems
     }
 
@@ -267,6 +284,24 @@ mod tests {
                 .validate()
                 .is_ok()
         );
+    }
+
+    #[test]
+    fn a_bucket_must_refill_within_366_days() {
+        let slow = LimitSpec {
+            burst: Some(1_000_000_000),
+            ..LimitSpec::new(Algorithm::TokenBucket, 1, 10_000_000_000)
+        };
+        assert_eq!(slow.validate().unwrap_err().field, "burst");
+        let ok = LimitSpec {
+            burst: Some(366),
+            ..LimitSpec::new(Algorithm::Gcra, 1, 86_400_000)
+        };
+        assert!(ok.validate().is_ok());
+        // Windows have no refill: a long period is fine.
+        assert!(LimitSpec::new(Algorithm::FixedWindow, 1, MAX_PERIOD_MS)
+            .validate()
+            .is_ok());
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use app::rules::model::{self, RuleInput, State};
 
-use super::{keys, CheckOutcome, CheckRequest, REQUEST_ID_TTL};
+use super::{CheckOutcome, CheckRequest, REQUEST_ID_TTL};
 
 /// Number of independently locked shards.
 pub const SHARDS: usize = 64;
@@ -27,6 +27,14 @@ struct Shard {
 }
 
 impl Shard {
+    /// Counts a write; every [`SWEEP_EVERY`] writes the shard drops what has expired.
+    fn wrote(&mut self, now: i64) {
+        self.writes += 1;
+        if self.writes >= SWEEP_EVERY {
+            self.sweep(now);
+        }
+    }
+
     fn sweep(&mut self, now: i64) -> usize {
         let before = self.buckets.len() + self.replies.len();
         self.buckets.retain(|_, (_, expires)| *expires > now);
@@ -80,10 +88,7 @@ impl MemoryBackend {
     /// Decides `request` (already validated).
     pub fn check(&self, request: &CheckRequest) -> CheckOutcome {
         let now = request.now_ms.unwrap_or_else(crate::store::now_ms);
-        let reply_key = request
-            .request_id
-            .as_deref()
-            .map(|id| keys::request(&request.tenant, id));
+        let reply_key = request.request_id.as_deref().map(|_| request.reply_key());
 
         let mut order: Vec<usize> = request
             .rules
@@ -140,14 +145,12 @@ impl MemoryBackend {
         for (rule, write) in request.rules.iter().zip(result.writes) {
             if let Some((state, ttl)) = write {
                 let g = position(self.shard_of(&rule.key), &guards);
+                let ttl = i64::try_from(ttl).unwrap_or(i64::MAX);
                 let shard = &mut guards[g].1;
                 shard
                     .buckets
-                    .insert(rule.key.clone(), (state, now.saturating_add(ttl as i64)));
-                shard.writes += 1;
-                if shard.writes >= SWEEP_EVERY {
-                    shard.sweep(now);
-                }
+                    .insert(rule.key.clone(), (state, now.saturating_add(ttl)));
+                shard.wrote(now);
             }
         }
         let outcome = CheckOutcome {
@@ -159,7 +162,9 @@ impl MemoryBackend {
         if let Some(key) = reply_key {
             let g = position(self.shard_of(&key), &guards);
             let expires = now.saturating_add(REQUEST_ID_TTL.as_millis() as i64);
-            guards[g].1.replies.insert(key, (outcome.clone(), expires));
+            let shard = &mut guards[g].1;
+            shard.replies.insert(key, (outcome.clone(), expires));
+            shard.wrote(now);
         }
         outcome
     }
@@ -170,6 +175,19 @@ impl MemoryBackend {
             .buckets
             .get(key)
             .cloned()
+    }
+
+    /// Sweeps every shard every `every`, so shards that see no writes still shed expired
+    /// entries; runs until the process ends.
+    pub fn spawn_sweeper(&self, every: std::time::Duration) -> tokio::task::JoinHandle<()> {
+        let memory = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tick.tick().await;
+                memory.sweep(crate::store::now_ms());
+            }
+        })
     }
 
     /// Removes every entry expired at `now`; returns how many were removed.

@@ -109,6 +109,28 @@ pub struct CheckOutcome {
 }
 
 impl CheckRequest {
+    /// The key of this request's idempotency record. It covers what the request asks for
+    /// (each rule's key, parameters, cost and shadow flag) as well as its `request_id`, so
+    /// reusing an id for a different request is a new decision, never someone else's answer.
+    pub fn reply_key(&self) -> String {
+        let mut identity = self.request_id.clone().unwrap_or_default();
+        for rule in &self.rules {
+            let s = &rule.spec;
+            identity.push_str(&format!(
+                "\n{}|{}|{}|{}|{:?}|{}|{}|{}",
+                rule.key,
+                s.algorithm,
+                s.limit,
+                s.period_ms,
+                s.burst,
+                s.penalty,
+                rule.cost,
+                rule.shadow
+            ));
+        }
+        keys::request(&self.tenant, &identity)
+    }
+
     fn validate(&self) -> Result<(), LimiterError> {
         let invalid = |m: String| Err(LimiterError::Invalid(m));
         if self.rules.is_empty() || self.rules.len() > MAX_RULES {

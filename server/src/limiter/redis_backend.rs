@@ -16,9 +16,7 @@ use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::Value;
 
-use super::{
-    keys, BackendKind, CheckOutcome, CheckRequest, LimiterError, RedisOptions, REQUEST_ID_TTL,
-};
+use super::{BackendKind, CheckOutcome, CheckRequest, LimiterError, RedisOptions, REQUEST_ID_TTL};
 
 /// The check script, hashed once.
 static CHECK: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(CHECK_SOURCE));
@@ -179,7 +177,7 @@ fn algorithm_code(algorithm: Algorithm) -> u8 {
 /// `numkeys KEYS… ARGV…` as documented in the script's header.
 fn add_script_args(cmd: &mut redis::Cmd, request: &CheckRequest) {
     let n = request.rules.len();
-    let reply_key = keys::request(&request.tenant, request.request_id.as_deref().unwrap_or(""));
+    let reply_key = request.reply_key();
     cmd.arg(n + 1);
     for rule in &request.rules {
         cmd.arg(&rule.key);

@@ -48,6 +48,13 @@ impl StoreError {
     /// Whether a retry could succeed: the database was unreachable, not the query wrong.
     pub fn is_transient(&self) -> bool {
         match self {
+            StoreError::Sqlx(sqlx::Error::Database(db)) => {
+                // Connection exceptions (08), insufficient resources such as too many
+                // connections (53), and a server shutting down or starting up (57P0x).
+                db.code().is_some_and(|code| {
+                    code.starts_with("08") || code.starts_with("53") || code.starts_with("57P0")
+                })
+            }
             StoreError::Sqlx(e) => matches!(
                 e,
                 sqlx::Error::Io(_)

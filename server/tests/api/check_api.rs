@@ -130,14 +130,20 @@ async fn unknown_revoked_or_expired_keys_get_401() {
     let (status, headers, body) = app.call("POST", "/v1/check", None, Some(&route)).await;
     assert_eq!(status, 401, "{body}");
     assert_eq!(headers["content-type"], "application/problem+json");
+    // Not the shape of a key: refused without a lookup.
     assert_eq!(
         app.check("sl_chk_not-a-real-key", route.clone()).await.0,
         401
     );
-    // The same unknown key again is answered from the negative cache, still 401.
+    // A well-formed key nobody registered: looked up once, then answered from the
+    // negative cache.
+    let (unknown, _, _) = new_key(KeyKind::Check);
+    assert_eq!(app.check(&unknown, route.clone()).await.0, 401);
+    assert_eq!(app.check(&unknown, route.clone()).await.0, 401);
     assert_eq!(
-        app.check("sl_chk_not-a-real-key", route.clone()).await.0,
-        401
+        app.metric("sluice_cache_lookups_total{cache=\"key\",result=\"absent\"}")
+            .await,
+        1.0
     );
 
     // Rotation with no grace: the old key is expired at once, the new one works.
@@ -240,7 +246,7 @@ async fn wrong_key_kinds_and_suspended_tenants_get_403() {
     assert_eq!(tenant["status"], "suspended");
     let (status, _, body) = app.check(&t.check_key, route.clone()).await;
     assert_eq!(status, 403, "{body}");
-    // A tenant admin cannot resume its own tenant.
+    // Its admin key stops working on /v1/admin too, so it cannot resume itself.
     assert_eq!(
         app.call(
             "POST",
@@ -496,6 +502,27 @@ async fn redis_down_fails_closed_with_503_or_open_with_a_count() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(status, 200, "checks recover when Redis is back");
+}
+
+#[tokio::test]
+async fn a_request_id_replays_only_the_same_request() {
+    let app = spawn_embedded().await;
+    let op = app.operator_key().await;
+    let mut per_user = rule("per-user", "all", None, "fixed_window", 5, 60_000);
+    per_user["scope"] = json!("subject");
+    let t = setup_tenant(&app, &op, &[per_user, limited()]).await;
+    let first = json!({ "route": "GET /free", "subject": "a", "request_id": "r-1" });
+    let (status, _, original) = app.check(&t.check_key, first.clone()).await;
+    assert_eq!(status, 200);
+    assert_eq!(original["remaining"], 4);
+    // A retry replays the first answer and consumes nothing.
+    let (_, _, replay) = app.check(&t.check_key, first).await;
+    assert_eq!(replay, original);
+    // The same id on a different request (another route, so two rules) is a new decision.
+    let other = json!({ "route": "GET /limited", "subject": "a", "request_id": "r-1" });
+    let (status, _, body) = app.check(&t.check_key, other).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["policy"], "limited");
 }
 
 #[tokio::test]
