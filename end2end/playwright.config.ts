@@ -46,6 +46,8 @@ export default defineConfig({
       SLUICE_DATA_DIR: dataDir,
       LEPTOS_SITE_ROOT: 'target/site',
       RUST_LOG: 'warn',
+      // The first start creates admin@localhost with this password (see tests/auth.spec.ts).
+      SLUICE_ADMIN_PASSWORD: 'e2e operator password',
     },
   },
 });

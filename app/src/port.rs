@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use leptos::prelude::use_context;
 
+use crate::auth::SignedInUser;
 use crate::error::AppError;
 use crate::status::Status;
 
@@ -14,6 +15,15 @@ use crate::status::Status;
 pub trait Console: Send + Sync + 'static {
     /// The instance's configuration and whether its dependencies answer.
     async fn status(&self) -> Result<Status, AppError>;
+
+    /// Checks the credentials and starts a session for the current request.
+    async fn sign_in(&self, email: &str, password: &str) -> Result<SignedInUser, AppError>;
+
+    /// Ends the current request's session.
+    async fn sign_out(&self) -> Result<(), AppError>;
+
+    /// The user of the current request's session.
+    async fn current_user(&self) -> Result<Option<SignedInUser>, AppError>;
 }
 
 /// The service as it is stored in Leptos context.

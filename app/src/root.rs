@@ -5,7 +5,7 @@ use leptos_meta::{provide_meta_context, MetaTags, Stylesheet, Title};
 use leptos_router::components::{Route, Router, Routes, A};
 use leptos_router::path;
 
-use crate::auth::SignInPage;
+use crate::auth::{AccountPage, SignInPage};
 use crate::status::StatusWidget;
 
 /// The whole HTML document, rendered on the server for every page.
@@ -45,6 +45,7 @@ pub fn App() -> impl IntoView {
                 <A href="/" attr:class="brand">"Sluice"</A>
                 <nav>
                     <A href="/sign-in">"Sign in"</A>
+                    <A href="/account">"Account"</A>
                 </nav>
                 <span class="hydration" data-testid="hydration" data-hydrated=move || hydrated.get().to_string()>
                     {move || if hydrated.get() { "live" } else { "loading…" }}
@@ -54,6 +55,7 @@ pub fn App() -> impl IntoView {
                 <Routes fallback=|| view! { <NotFound/> }>
                     <Route path=path!("/") view=HomePage/>
                     <Route path=path!("/sign-in") view=SignInPage/>
+                    <Route path=path!("/account") view=AccountPage/>
                 </Routes>
             </main>
         </Router>

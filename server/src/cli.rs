@@ -1,5 +1,6 @@
 //! Commands run on the server host: `sluice key create --operator` bootstraps the first
-//! operator key, which is printed once and stored only as its SHA-256.
+//! operator key, which is printed once and stored only as its SHA-256; `sluice user create`
+//! makes console users; an embedded instance's first start creates an operator account.
 
 use app::keys::{display_prefix, format_key, KeyKind, KEY_BYTES};
 use rand::RngCore;
@@ -37,4 +38,71 @@ pub async fn create_operator_key(db: &Db, name: &str) -> anyhow::Result<String> 
     )
     .await?;
     Ok(key)
+}
+
+/// The account an embedded instance creates on its first start.
+pub const BOOTSTRAP_EMAIL: &str = "admin@localhost";
+
+/// Creates a console user with a random password; returns the password (to print once).
+pub async fn create_user(db: &Db, email: &str, tenant_id: Option<&str>) -> anyhow::Result<String> {
+    let email = email.trim();
+    anyhow::ensure!(
+        email.contains('@') && email.len() <= 254,
+        "{email:?} is not an email address"
+    );
+    if let Some(tenant) = tenant_id {
+        anyhow::ensure!(
+            store::tenants::get(db, tenant).await?.is_some(),
+            "no tenant {tenant}"
+        );
+    }
+    let password = crate::passwords::generate();
+    let role = if tenant_id.is_some() {
+        "tenant_admin"
+    } else {
+        "operator"
+    };
+    let hash = crate::passwords::hash(password.clone()).await?;
+    store::users::insert(db, email, &hash, role, tenant_id).await?;
+    audit::record(
+        db,
+        tenant_id,
+        "cli",
+        "user.create",
+        None,
+        &serde_json::json!({ "email": email, "role": role }),
+    )
+    .await?;
+    Ok(password)
+}
+
+/// On an embedded instance with no users yet, creates [`BOOTSTRAP_EMAIL`] as an operator with
+/// `password` (or a random one). Returns the password when it created the account.
+pub async fn bootstrap_operator(db: &Db, password: Option<&str>) -> anyhow::Result<Option<String>> {
+    if !store::users::list(db).await?.is_empty() {
+        return Ok(None);
+    }
+    let password = match password {
+        Some(p) => {
+            anyhow::ensure!(
+                p.chars().count() >= crate::passwords::MIN_PASSWORD_CHARS,
+                "SLUICE_ADMIN_PASSWORD must have at least {} characters",
+                crate::passwords::MIN_PASSWORD_CHARS
+            );
+            p.to_owned()
+        }
+        None => crate::passwords::generate(),
+    };
+    let hash = crate::passwords::hash(password.clone()).await?;
+    store::users::insert(db, BOOTSTRAP_EMAIL, &hash, "operator", None).await?;
+    audit::record(
+        db,
+        None,
+        "cli",
+        "user.create",
+        None,
+        &serde_json::json!({ "email": BOOTSTRAP_EMAIL, "role": "operator" }),
+    )
+    .await?;
+    Ok(Some(password))
 }

@@ -30,6 +30,26 @@ pub enum Command {
     /// Manage API keys from the server host.
     #[command(subcommand)]
     Key(KeyCommand),
+    /// Manage console users from the server host.
+    #[command(subcommand)]
+    User(UserCommand),
+}
+
+/// `sluice user …`
+#[derive(Debug, Subcommand)]
+pub enum UserCommand {
+    /// Create a console user with a random password, printed once.
+    Create {
+        /// An operator (sees every tenant).
+        #[arg(long, conflicts_with = "tenant")]
+        operator: bool,
+        /// The tenant of a tenant admin.
+        #[arg(long, required_unless_present = "operator")]
+        tenant: Option<String>,
+        /// The sign-in email.
+        #[arg(long)]
+        email: String,
+    },
 }
 
 /// `sluice key …`
@@ -86,6 +106,16 @@ pub struct Config {
     #[arg(long, env = "SLUICE_REDIS_CONNECTIONS", default_value_t = 4)]
     pub redis_connections: usize,
 
+    /// Mark the console's session cookie `Secure`. Set it when people reach Sluice over
+    /// HTTPS, directly or through a TLS-terminating proxy.
+    #[arg(long, env = "SLUICE_SECURE_COOKIES", default_value_t = false)]
+    pub secure_cookies: bool,
+
+    /// The password of the operator account an embedded instance creates on its first start
+    /// (`admin@localhost`). When unset a random one is generated and printed once.
+    #[arg(long, env = "SLUICE_ADMIN_PASSWORD", hide_env_values = true)]
+    pub admin_password: Option<String>,
+
     /// Log format: `text` for people, `json` for log pipelines.
     #[arg(long, env = "SLUICE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -123,6 +153,8 @@ impl Config {
             redis_cluster_nodes: Vec::new(),
             redis_timeout_ms: 250,
             redis_connections: 4,
+            secure_cookies: false,
+            admin_password: None,
             log_format: LogFormat::Text,
             site_root: PathBuf::from("target/site"),
         }

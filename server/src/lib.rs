@@ -29,6 +29,7 @@ pub mod health;
 pub mod limiter;
 pub mod metrics;
 pub mod openapi;
+pub mod passwords;
 pub mod propagation;
 pub mod service;
 pub mod startup;

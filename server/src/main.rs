@@ -1,7 +1,7 @@
 //! `sluice`: parse the configuration, build the instance, serve until stopped.
 
 use clap::Parser;
-use sluice::config::{Cli, Command, KeyCommand};
+use sluice::config::{Cli, Command, KeyCommand, UserCommand};
 use sluice::startup::Application;
 
 #[tokio::main]
@@ -20,6 +20,17 @@ async fn main() -> anyhow::Result<()> {
             db.migrate().await?;
             let key = sluice::cli::create_operator_key(&db, &name).await?;
             print_key(&key);
+            Ok(())
+        }
+        Command::User(UserCommand::Create {
+            operator: _,
+            tenant,
+            email,
+        }) => {
+            let db = sluice::store::Db::connect(&cli.config.database_url()).await?;
+            db.migrate().await?;
+            let password = sluice::cli::create_user(&db, &email, tenant.as_deref()).await?;
+            print_password(&email, &password);
             Ok(())
         }
         Command::Migrate => {
@@ -69,4 +80,16 @@ fn print_key(key: &str) {
 fn eprintln_hint() {
     eprintln!("This operator key is shown once and stored only as its SHA-256. Keep it secret;");
     eprintln!("send it as `X-API-Key` (or `Authorization: Bearer`) to /v1/admin.");
+}
+
+/// Prints a new user's password once.
+#[allow(clippy::print_stdout)]
+fn print_password(email: &str, password: &str) {
+    println!("{password}");
+    eprintln_user_hint(email);
+}
+
+#[allow(clippy::print_stderr)]
+fn eprintln_user_hint(email: &str) {
+    eprintln!("The password of {email}, shown once. Sign in at /sign-in.");
 }

@@ -22,8 +22,27 @@ use crate::limiter::{Limiter, RedisOptions};
 use crate::metrics::{self, Metrics};
 use crate::propagation::{self, Bus};
 use crate::service::AdminService;
+use crate::store::sessions::SqlSessionStore;
 use crate::store::Db;
 use crate::{admin_api, check, health, openapi, telemetry};
+use tower_sessions::cookie::SameSite;
+use tower_sessions::{Expiry, SessionManagerLayer};
+
+/// Idle console sessions end after this many hours.
+const SESSION_HOURS: i64 = 8;
+
+/// Deletes expired sessions every ten minutes.
+fn spawn_session_cleanup(store: SqlSessionStore) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(600));
+        loop {
+            tick.tick().await;
+            if let Err(e) = store.delete_expired().await {
+                tracing::warn!(error = %e, "could not delete expired sessions");
+            }
+        }
+    })
+}
 
 /// How often key usage (`last_used_at`) is written.
 const USAGE_FLUSH: Duration = Duration::from_secs(10);
@@ -38,10 +57,18 @@ pub struct AppState {
     pub console: SharedConsole,
     pub auth: Authenticator,
     pub service: AdminService,
+    /// Whether the session cookie is marked `Secure` (`SLUICE_SECURE_COOKIES`).
+    pub secure_cookies: bool,
 }
 
 /// The router of one instance. Tests can drive it with `oneshot`, without a socket.
 pub fn router(state: AppState) -> Router {
+    let sessions = SessionManagerLayer::new(SqlSessionStore::new(state.db.clone()))
+        .with_name("sluice_session")
+        .with_http_only(true)
+        .with_same_site(SameSite::Strict)
+        .with_secure(state.secure_cookies)
+        .with_expiry(Expiry::OnInactivity(time::Duration::hours(SESSION_HOURS)));
     let routes = generate_route_list(app::App);
     let console = state.console.clone();
     let options = state.leptos_options.clone();
@@ -66,6 +93,7 @@ pub fn router(state: AppState) -> Router {
         .fallback(leptos_axum::file_and_error_handler::<AppState, _>(
             app::shell,
         ))
+        .layer(sessions)
         .layer(axum::middleware::from_fn_with_state(
             metrics_state,
             metrics::track,
@@ -75,6 +103,8 @@ pub fn router(state: AppState) -> Router {
 
 /// A built instance: connected, bound, not yet serving.
 pub struct Application {
+    /// The password of the operator account this start created, to print once.
+    bootstrap_password: Option<String>,
     listener: TcpListener,
     metrics_listener: Option<TcpListener>,
     router: Router,
@@ -131,6 +161,13 @@ impl Application {
         let address = listener.local_addr()?;
 
         let embedded = config.is_embedded();
+        let bootstrap_password = if embedded {
+            crate::cli::bootstrap_operator(&db, config.admin_password.as_deref())
+                .await
+                .context("cannot create the first operator account")?
+        } else {
+            None
+        };
         let metrics = Metrics::new(
             if embedded { "embedded" } else { "distributed" },
             db.dialect().as_str(),
@@ -152,6 +189,7 @@ impl Application {
             LimiterTarget::InProcess => {}
         }
         drop(usage.spawn_flusher(db.clone(), USAGE_FLUSH));
+        drop(spawn_session_cleanup(SqlSessionStore::new(db.clone())));
         if let Limiter::InProcess(memory) = &limiter {
             drop(memory.spawn_sweeper(Duration::from_secs(10)));
         }
@@ -163,6 +201,7 @@ impl Application {
             console: SharedConsole(Arc::new(console)),
             auth,
             service,
+            secure_cookies: config.secure_cookies,
         };
         let metrics_router = metrics_listener.as_ref().map(|_| {
             Router::new()
@@ -170,6 +209,7 @@ impl Application {
                 .with_state(metrics)
         });
         Ok(Self {
+            bootstrap_password,
             listener,
             metrics_listener,
             router: router(state),
@@ -190,6 +230,11 @@ impl Application {
         self.metrics_listener
             .as_ref()
             .and_then(|l| l.local_addr().ok())
+    }
+
+    /// The password of the operator account (`admin@localhost`) this start created, if any.
+    pub fn bootstrap_password(&self) -> Option<&str> {
+        self.bootstrap_password.as_deref()
     }
 
     /// The configuration store this instance uses.

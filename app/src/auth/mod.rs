@@ -1,26 +1,102 @@
-//! Sign-in. This is the page's skeleton: the form, its labels and its keyboard behaviour.
-//! Accounts and sessions (argon2id, tower-sessions) are not built yet, so the form says so
-//! instead of pretending to sign anyone in.
+//! Sign-in and sign-out. Passwords are checked on the server (argon2id); the browser keeps
+//! only an HttpOnly, SameSite=Strict session cookie.
 
+use leptos::form::ActionForm;
 use leptos::prelude::*;
+use leptos_router::hooks::use_navigate;
+use serde::{Deserialize, Serialize};
+
+use crate::error::AppError;
+
+/// The person behind the current session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SignedInUser {
+    pub email: String,
+    /// `operator` or `tenant_admin`.
+    pub role: String,
+    /// A tenant admin's tenant.
+    pub tenant_id: Option<String>,
+}
+
+/// Signs in; a wrong email or password gets [`AppError::Invalid`] with a clear message.
+#[server(prefix = "/api", endpoint = "sign_in")]
+pub async fn sign_in(email: String, password: String) -> Result<SignedInUser, AppError> {
+    crate::port::console()?.sign_in(&email, &password).await
+}
+
+/// Ends the current session.
+#[server(prefix = "/api", endpoint = "sign_out")]
+pub async fn sign_out() -> Result<(), AppError> {
+    crate::port::console()?.sign_out().await
+}
+
+/// The signed-in user, or `None`.
+#[server(prefix = "/api", endpoint = "me")]
+pub async fn current_user() -> Result<Option<SignedInUser>, AppError> {
+    crate::port::console()?.current_user().await
+}
 
 /// The sign-in page.
 #[component]
 pub fn SignInPage() -> impl IntoView {
+    let action = ServerAction::<SignIn>::new();
+    let navigate = use_navigate();
+    Effect::new(move |_| {
+        if let Some(Ok(_)) = action.value().get() {
+            navigate("/account", Default::default());
+        }
+    });
+    let error = move || match action.value().get() {
+        Some(Err(e)) => Some(e.to_string()),
+        _ => None,
+    };
     view! {
         <section class="card sign-in" aria-labelledby="sign-in-title">
             <h1 id="sign-in-title">"Sign in"</h1>
-            <form method="post" action="#" on:submit=|ev| ev.prevent_default()>
+            <ActionForm action=action>
                 <label for="email">"Email"</label>
                 <input id="email" name="email" type="email" autocomplete="username" required/>
                 <label for="password">"Password"</label>
                 <input id="password" name="password" type="password" autocomplete="current-password" required/>
-                <button type="submit" disabled=true>"Sign in"</button>
-            </form>
-            <p class="muted" data-testid="sign-in-note">
-                "Console accounts are not available in this version yet. "
-                "Operators manage Sluice through the API and the command line for now."
+                <button type="submit" disabled=move || action.pending().get()>"Sign in"</button>
+            </ActionForm>
+            {move || error().map(|e| view! { <p class="error" role="alert" data-testid="sign-in-error">{e}</p> })}
+            <p class="muted">
+                "The first operator account is printed when an embedded instance starts, or made with "
+                <code>"sluice user create --operator"</code>"."
             </p>
+        </section>
+    }
+}
+
+/// The signed-in user's page; a way to check that a session works.
+#[component]
+pub fn AccountPage() -> impl IntoView {
+    let user = Resource::new(|| (), |()| current_user());
+    let sign_out = ServerAction::<SignOut>::new();
+    let navigate = use_navigate();
+    Effect::new(move |_| {
+        if let Some(Ok(())) = sign_out.value().get() {
+            navigate("/sign-in", Default::default());
+        }
+    });
+    view! {
+        <section class="card" aria-labelledby="account-title">
+            <h1 id="account-title">"Account"</h1>
+            <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
+                {move || user.get().map(|reading| match reading {
+                    Ok(Some(u)) => view! {
+                        <p data-testid="signed-in-as">"Signed in as " <strong>{u.email}</strong> " (" {u.role} ")"</p>
+                        <ActionForm action=sign_out>
+                            <button type="submit" data-testid="sign-out">"Sign out"</button>
+                        </ActionForm>
+                    }.into_any(),
+                    Ok(None) => view! {
+                        <p data-testid="not-signed-in">"You are not signed in. " <a href="/sign-in">"Sign in"</a></p>
+                    }.into_any(),
+                    Err(e) => view! { <p class="error" role="alert">{e.to_string()}</p> }.into_any(),
+                })}
+            </Transition>
         </section>
     }
 }

@@ -9,6 +9,7 @@
 pub mod audit;
 pub mod keys;
 pub mod rules;
+pub mod sessions;
 pub mod tenants;
 pub mod users;
 

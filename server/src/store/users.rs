@@ -62,6 +62,11 @@ pub async fn find_by_email(db: &Db, email: &str) -> Result<Option<User>, StoreEr
     )
 }
 
+pub async fn get(db: &Db, id: &str) -> Result<Option<User>, StoreError> {
+    let sql = format!("SELECT {COLUMNS} FROM users WHERE id = $1");
+    Ok(with_pool!(db, pool => sqlx::query_as::<_, User>(&sql).bind(id).fetch_optional(pool).await?))
+}
+
 /// Every user, by email.
 pub async fn list(db: &Db) -> Result<Vec<User>, StoreError> {
     let sql = format!("SELECT {COLUMNS} FROM users ORDER BY email");

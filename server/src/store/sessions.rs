@@ -1,0 +1,112 @@
+//! Console sessions for tower-sessions, on either database. Rows are keyed by the SHA-256 of
+//! the session id, never the id itself.
+
+use sha2::{Digest, Sha256};
+use tower_sessions::session::{Id, Record};
+use tower_sessions::session_store::{self, SessionStore};
+
+use super::{now_ms, with_pool, Db};
+
+/// A tower-sessions store over [`Db`].
+#[derive(Debug, Clone)]
+pub struct SqlSessionStore {
+    db: Db,
+}
+
+impl SqlSessionStore {
+    pub fn new(db: Db) -> Self {
+        Self { db }
+    }
+
+    /// Deletes expired sessions; returns how many.
+    pub async fn delete_expired(&self) -> Result<u64, super::StoreError> {
+        let sql = "DELETE FROM sessions WHERE expires_at <= $1";
+        Ok(
+            with_pool!(&self.db, pool => sqlx::query(sql).bind(now_ms()).execute(pool).await?.rows_affected()),
+        )
+    }
+}
+
+fn id_hash(id: &Id) -> String {
+    hex::encode(Sha256::digest(id.to_string().as_bytes()))
+}
+
+fn backend(e: impl std::fmt::Display) -> session_store::Error {
+    session_store::Error::Backend(e.to_string())
+}
+
+fn millis(record: &Record) -> i64 {
+    i64::try_from(record.expiry_date.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX)
+}
+
+#[async_trait::async_trait]
+impl SessionStore for SqlSessionStore {
+    /// Inserts a new session; on the (astronomically unlikely) collision of ids, draws a new
+    /// id and tries again, so an existing session is never overwritten.
+    async fn create(&self, record: &mut Record) -> session_store::Result<()> {
+        let data = serde_json::to_string(&record.data)
+            .map_err(|e| session_store::Error::Encode(e.to_string()))?;
+        let sql = "INSERT INTO sessions (id_hash, data, expires_at) VALUES ($1, $2, $3) \
+                   ON CONFLICT (id_hash) DO NOTHING";
+        loop {
+            let inserted = with_pool!(&self.db, pool => {
+                sqlx::query(sql)
+                    .bind(id_hash(&record.id))
+                    .bind(&data)
+                    .bind(millis(record))
+                    .execute(pool)
+                    .await
+                    .map_err(backend)?
+                    .rows_affected()
+            });
+            if inserted == 1 {
+                return Ok(());
+            }
+            record.id = Id::default();
+        }
+    }
+
+    async fn save(&self, record: &Record) -> session_store::Result<()> {
+        let data = serde_json::to_string(&record.data)
+            .map_err(|e| session_store::Error::Encode(e.to_string()))?;
+        let sql = "INSERT INTO sessions (id_hash, data, expires_at) VALUES ($1, $2, $3) \
+                   ON CONFLICT (id_hash) DO UPDATE SET data = excluded.data, expires_at = excluded.expires_at";
+        with_pool!(&self.db, pool => {
+            sqlx::query(sql)
+                .bind(id_hash(&record.id))
+                .bind(data)
+                .bind(millis(record))
+                .execute(pool)
+                .await
+                .map_err(backend)?;
+        });
+        Ok(())
+    }
+
+    async fn load(&self, id: &Id) -> session_store::Result<Option<Record>> {
+        let sql = "SELECT data, expires_at FROM sessions WHERE id_hash = $1 AND expires_at > $2";
+        let row: Option<(String, i64)> = with_pool!(&self.db, pool => {
+            sqlx::query_as(sql).bind(id_hash(id)).bind(now_ms()).fetch_optional(pool).await.map_err(backend)?
+        });
+        let Some((data, expires_at)) = row else {
+            return Ok(None);
+        };
+        let data =
+            serde_json::from_str(&data).map_err(|e| session_store::Error::Decode(e.to_string()))?;
+        let expiry_date =
+            time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(expires_at) * 1_000_000)
+                .map_err(|e| session_store::Error::Decode(e.to_string()))?;
+        Ok(Some(Record {
+            id: *id,
+            data,
+            expiry_date,
+        }))
+    }
+
+    async fn delete(&self, id: &Id) -> session_store::Result<()> {
+        with_pool!(&self.db, pool => {
+            sqlx::query("DELETE FROM sessions WHERE id_hash = $1").bind(id_hash(id)).execute(pool).await.map_err(backend)?;
+        });
+        Ok(())
+    }
+}
