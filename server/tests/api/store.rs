@@ -59,6 +59,7 @@ on_both_databases!(
     rules_are_scoped_to_their_tenant,
     audit_events_list_newest_first_per_tenant,
     users_are_unique_by_email_and_tied_to_their_role,
+    sessions_round_trip_expire_and_are_deleted,
 );
 
 fn body(name: &str) -> RuleBody {
@@ -325,4 +326,51 @@ async fn users_are_unique_by_email_and_tied_to_their_role(db: &Db) {
         .await
         .unwrap()
         .is_none());
+}
+
+async fn sessions_round_trip_expire_and_are_deleted(db: &Db) {
+    use sluice::store::sessions::SqlSessionStore;
+    use tower_sessions::session::{Id, Record};
+    use tower_sessions::session_store::SessionStore;
+
+    let store = SqlSessionStore::new(db.clone());
+    let in_an_hour = time::OffsetDateTime::now_utc() + time::Duration::hours(1);
+    let mut record = Record {
+        id: Id::default(),
+        data: Default::default(),
+        expiry_date: in_an_hour,
+    };
+    record
+        .data
+        .insert("user_id".into(), serde_json::json!("u-1"));
+    store.create(&mut record).await.unwrap();
+    let loaded = store.load(&record.id).await.unwrap().unwrap();
+    assert_eq!(loaded.data, record.data);
+    assert_eq!(
+        loaded.expiry_date.unix_timestamp(),
+        in_an_hour.unix_timestamp()
+    );
+
+    // save() updates in place.
+    record
+        .data
+        .insert("user_id".into(), serde_json::json!("u-2"));
+    store.save(&record).await.unwrap();
+    assert_eq!(
+        store.load(&record.id).await.unwrap().unwrap().data["user_id"],
+        "u-2"
+    );
+
+    // An expired session is never loaded, and the cleanup deletes it.
+    let mut old = Record {
+        id: Id::default(),
+        data: Default::default(),
+        expiry_date: time::OffsetDateTime::now_utc() - time::Duration::seconds(1),
+    };
+    store.create(&mut old).await.unwrap();
+    assert!(store.load(&old.id).await.unwrap().is_none());
+    assert_eq!(store.delete_expired().await.unwrap(), 1);
+
+    store.delete(&record.id).await.unwrap();
+    assert!(store.load(&record.id).await.unwrap().is_none());
 }
