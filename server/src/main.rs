@@ -60,11 +60,23 @@ fn announce(app: &Application) {
         println!("  Mode: distributed.");
     }
     println!("  Open the URL in a browser; the console shows the instance status.");
-    println!("  Console sign-in is not built yet. The admin API is: create the first operator key");
-    println!(
-        "  with `sluice key create --operator` (same SLUICE_DATA_DIR / DATABASE_URL) and send"
-    );
-    println!("  it as X-API-Key to /v1/admin/*. The API is described at http://{address}/v1/openapi.json");
+    match app.bootstrap_password() {
+        Some(password) => {
+            println!(
+                "  Sign in at http://{address}/sign-in as {} with password {password}",
+                sluice::cli::BOOTSTRAP_EMAIL
+            );
+            println!(
+                "  (the account was created on this first start; the password is shown only now)."
+            );
+        }
+        None => {
+            println!("  Sign in at http://{address}/sign-in (more accounts: `sluice user create`).")
+        }
+    }
+    println!("  Admin API: make an operator key with `sluice key create --operator` (same");
+    println!("  SLUICE_DATA_DIR / DATABASE_URL) and send it as X-API-Key to /v1/admin/*.");
+    println!("  The API is described at http://{address}/v1/openapi.json");
     println!("  Stop with Ctrl-C.");
     println!();
 }

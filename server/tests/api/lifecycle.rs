@@ -5,7 +5,8 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-fn start_binary(data_dir: &std::path::Path) -> (std::process::Child, String) {
+/// Starts the binary; returns it, its URL and everything it printed up to "Stop with Ctrl-C.".
+fn start_binary(data_dir: &std::path::Path) -> (std::process::Child, String, Vec<String>) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
@@ -17,15 +18,27 @@ fn start_binary(data_dir: &std::path::Path) -> (std::process::Child, String) {
         .expect("start the sluice binary");
     let stdout = child.stdout.take().unwrap();
     let mut lines = BufReader::new(stdout).lines();
-    let url = loop {
-        let line = lines.next().expect("the server printed its URL").unwrap();
-        if let Some(rest) = line.trim().strip_prefix("Sluice is running at ") {
-            break rest.trim().to_owned();
+    let mut printed = Vec::new();
+    loop {
+        let line = lines
+            .next()
+            .expect("the server printed its banner")
+            .unwrap();
+        let done = line.contains("Stop with Ctrl-C.");
+        printed.push(line);
+        if done {
+            break;
         }
-    };
+    }
+    let url = printed
+        .iter()
+        .find_map(|l| l.trim().strip_prefix("Sluice is running at "))
+        .expect("the URL is printed")
+        .trim()
+        .to_owned();
     // Keep draining stdout so the server never blocks on a full pipe.
     std::thread::spawn(move || for _ in lines {});
-    (child, url)
+    (child, url, printed)
 }
 
 fn signal(child: &std::process::Child, name: &str) {
@@ -50,9 +63,29 @@ fn wait_exit(child: &mut std::process::Child) -> std::process::ExitStatus {
 #[tokio::test]
 async fn the_binary_serves_with_no_environment_and_stops_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut child, url) = start_binary(dir.path());
+    let (mut child, url, printed) = start_binary(dir.path());
     let health = reqwest::get(format!("{url}healthz")).await.unwrap();
     assert_eq!(health.status(), 200);
+    // The first start prints a way to sign in, and it works.
+    let sign_in = printed
+        .iter()
+        .find(|l| l.contains("with password"))
+        .expect("sign-in instructions");
+    let password = sign_in.rsplit(' ').next().unwrap();
+    let client = reqwest::Client::builder()
+        .cookie_store(true)
+        .build()
+        .unwrap();
+    let user: serde_json::Value = client
+        .post(format!("{url}api/sign_in"))
+        .form(&[("email", "admin@localhost"), ("password", password)])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(user["role"], "operator", "{user}");
     assert!(
         dir.path().join("sluice.db").exists(),
         "the SQLite file is in SLUICE_DATA_DIR"
@@ -64,7 +97,7 @@ async fn the_binary_serves_with_no_environment_and_stops_on_sigterm() {
 #[tokio::test]
 async fn the_binary_stops_on_sigint() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut child, url) = start_binary(dir.path());
+    let (mut child, url, _) = start_binary(dir.path());
     assert_eq!(
         reqwest::get(format!("{url}readyz")).await.unwrap().status(),
         200
