@@ -57,29 +57,34 @@ pub async fn create_user(db: &Db, email: &str, tenant_id: Option<&str>) -> anyho
         );
     }
     let password = crate::passwords::generate();
+    insert_user(db, email, &password, tenant_id).await?;
+    Ok(password)
+}
+
+/// Stores a user with `password` hashed (an operator, or a tenant admin of `tenant_id`) and
+/// records it in the audit log.
+async fn insert_user(
+    db: &Db,
+    email: &str,
+    password: &str,
+    tenant_id: Option<&str>,
+) -> anyhow::Result<()> {
     let role = if tenant_id.is_some() {
         "tenant_admin"
     } else {
         "operator"
     };
-    let hash = crate::passwords::hash(password.clone()).await?;
+    let hash = crate::passwords::hash(password.to_owned()).await?;
     store::users::insert(db, email, &hash, role, tenant_id).await?;
-    audit::record(
-        db,
-        tenant_id,
-        "cli",
-        "user.create",
-        None,
-        &serde_json::json!({ "email": email, "role": role }),
-    )
-    .await?;
-    Ok(password)
+    let detail = serde_json::json!({ "email": email, "role": role });
+    audit::record(db, tenant_id, "cli", "user.create", None, &detail).await?;
+    Ok(())
 }
 
 /// On an embedded instance with no users yet, creates [`BOOTSTRAP_EMAIL`] as an operator with
 /// `password` (or a random one). Returns the password when it created the account.
 pub async fn bootstrap_operator(db: &Db, password: Option<&str>) -> anyhow::Result<Option<String>> {
-    if !store::users::list(db).await?.is_empty() {
+    if store::users::exist(db).await? {
         return Ok(None);
     }
     let password = match password {
@@ -93,16 +98,6 @@ pub async fn bootstrap_operator(db: &Db, password: Option<&str>) -> anyhow::Resu
         }
         None => crate::passwords::generate(),
     };
-    let hash = crate::passwords::hash(password.clone()).await?;
-    store::users::insert(db, BOOTSTRAP_EMAIL, &hash, "operator", None).await?;
-    audit::record(
-        db,
-        None,
-        "cli",
-        "user.create",
-        None,
-        &serde_json::json!({ "email": BOOTSTRAP_EMAIL, "role": "operator" }),
-    )
-    .await?;
+    insert_user(db, BOOTSTRAP_EMAIL, &password, None).await?;
     Ok(Some(password))
 }

@@ -19,7 +19,11 @@ async fn main() -> anyhow::Result<()> {
             let db = sluice::store::Db::connect(&cli.config.database_url()).await?;
             db.migrate().await?;
             let key = sluice::cli::create_operator_key(&db, &name).await?;
-            print_key(&key);
+            print_secret(
+                &key,
+                "This operator key is shown once and stored only as its SHA-256. Keep it secret;\n\
+                 send it as `X-API-Key` (or `Authorization: Bearer`) to /v1/admin.",
+            );
             Ok(())
         }
         Command::User(UserCommand::Create {
@@ -30,7 +34,10 @@ async fn main() -> anyhow::Result<()> {
             let db = sluice::store::Db::connect(&cli.config.database_url()).await?;
             db.migrate().await?;
             let password = sluice::cli::create_user(&db, &email, tenant.as_deref()).await?;
-            print_password(&email, &password);
+            print_secret(
+                &password,
+                &format!("The password of {email}, shown once. Sign in at /sign-in."),
+            );
             Ok(())
         }
         Command::Migrate => {
@@ -81,27 +88,10 @@ fn announce(app: &Application) {
     println!();
 }
 
-/// Prints a new key once, with what to do with it.
-#[allow(clippy::print_stdout)]
-fn print_key(key: &str) {
-    println!("{key}");
-    eprintln_hint();
-}
-
-#[allow(clippy::print_stderr)]
-fn eprintln_hint() {
-    eprintln!("This operator key is shown once and stored only as its SHA-256. Keep it secret;");
-    eprintln!("send it as `X-API-Key` (or `Authorization: Bearer`) to /v1/admin.");
-}
-
-/// Prints a new user's password once.
-#[allow(clippy::print_stdout)]
-fn print_password(email: &str, password: &str) {
-    println!("{password}");
-    eprintln_user_hint(email);
-}
-
-#[allow(clippy::print_stderr)]
-fn eprintln_user_hint(email: &str) {
-    eprintln!("The password of {email}, shown once. Sign in at /sign-in.");
+/// Prints a new secret (a key or a password) once on stdout, for scripts, and what to do with
+/// it on stderr, for people.
+#[allow(clippy::print_stdout, clippy::print_stderr)]
+fn print_secret(secret: &str, hint: &str) {
+    println!("{secret}");
+    eprintln!("{hint}");
 }

@@ -35,6 +35,10 @@ fn backend(e: impl std::fmt::Display) -> session_store::Error {
     session_store::Error::Backend(e.to_string())
 }
 
+fn encode(record: &Record) -> session_store::Result<String> {
+    serde_json::to_string(&record.data).map_err(|e| session_store::Error::Encode(e.to_string()))
+}
+
 fn millis(record: &Record) -> i64 {
     i64::try_from(record.expiry_date.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX)
 }
@@ -44,8 +48,7 @@ impl SessionStore for SqlSessionStore {
     /// Inserts a new session; on the (astronomically unlikely) collision of ids, draws a new
     /// id and tries again, so an existing session is never overwritten.
     async fn create(&self, record: &mut Record) -> session_store::Result<()> {
-        let data = serde_json::to_string(&record.data)
-            .map_err(|e| session_store::Error::Encode(e.to_string()))?;
+        let data = encode(record)?;
         let sql = "INSERT INTO sessions (id_hash, data, expires_at) VALUES ($1, $2, $3) \
                    ON CONFLICT (id_hash) DO NOTHING";
         loop {
@@ -67,8 +70,7 @@ impl SessionStore for SqlSessionStore {
     }
 
     async fn save(&self, record: &Record) -> session_store::Result<()> {
-        let data = serde_json::to_string(&record.data)
-            .map_err(|e| session_store::Error::Encode(e.to_string()))?;
+        let data = encode(record)?;
         let sql = "INSERT INTO sessions (id_hash, data, expires_at) VALUES ($1, $2, $3) \
                    ON CONFLICT (id_hash) DO UPDATE SET data = excluded.data, expires_at = excluded.expires_at";
         with_pool!(&self.db, pool => {

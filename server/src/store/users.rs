@@ -67,6 +67,14 @@ pub async fn get(db: &Db, id: &str) -> Result<Option<User>, StoreError> {
     Ok(with_pool!(db, pool => sqlx::query_as::<_, User>(&sql).bind(id).fetch_optional(pool).await?))
 }
 
+/// Whether any user exists (one indexed row at most, for start-up).
+pub async fn exist(db: &Db) -> Result<bool, StoreError> {
+    let sql = "SELECT id FROM users LIMIT 1";
+    let any =
+        with_pool!(db, pool => sqlx::query_scalar::<_, String>(sql).fetch_optional(pool).await?);
+    Ok(any.is_some())
+}
+
 /// Every user, by email.
 pub async fn list(db: &Db) -> Result<Vec<User>, StoreError> {
     let sql = format!("SELECT {COLUMNS} FROM users ORDER BY email");
