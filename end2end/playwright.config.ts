@@ -7,13 +7,16 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 const port = Number(process.env.SLUICE_E2E_PORT ?? 3137);
-const dataDir = mkdtempSync(join(tmpdir(), 'sluice-e2e-'));
+// Workers load this file again: they inherit the runner's directory through the environment,
+// so that tests can read the server's SQLite file (tests/console.spec.ts checks stored hashes).
+const dataDir = process.env.SLUICE_E2E_DATA_DIR ?? mkdtempSync(join(tmpdir(), 'sluice-e2e-'));
+process.env.SLUICE_E2E_DATA_DIR = dataDir;
 const profile = process.env.SLUICE_E2E_PROFILE ?? 'release';
 
 export default defineConfig({
   testDir: './tests',
   outputDir: './test-results',
-  timeout: 60_000,
+  timeout: 120_000,
   expect: { timeout: 15_000 },
   fullyParallel: false,
   workers: 1,

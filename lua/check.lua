@@ -17,7 +17,7 @@ KEYS[1..n]   the bucket of each rule, `sl:{<tenant>}:<rule>:<subject>`
 KEYS[n+1]    the idempotency record `slr:{<tenant>}:<request_id>` (always passed; used only
              when ARGV[2] > 0)
 ARGV[1]      now in ms, or "" to use Redis TIME (tests pass an explicit clock)
-ARGV[2]      idempotency TTL in ms; 0 = no request_id
+ARGV[2]      idempotency TTL in ms; 0 = no request_id; -1 = dry run: decide, write nothing
 ARGV[3]      n, the number of rules (1..8)
 ARGV[4+7i..] per rule i: algorithm code (1 token_bucket, 2 gcra, 3 leaky_bucket,
              4 fixed_window, 5 sliding_window, 6 sliding_log), limit, period_ms, capacity
@@ -49,6 +49,7 @@ local EPSILON = 1e-9
 local n = tonumber(ARGV[3])
 local dedup_ttl = tonumber(ARGV[2])
 local dedup_key = KEYS[n + 1]
+local dry_run = dedup_ttl < 0
 
 if dedup_ttl > 0 then
   local seen = redis.call('GET', dedup_key)
@@ -322,8 +323,8 @@ for i = 1, n do
                algorithm = algorithm, P = P, shadow = shadow }
 end
 
--- Phase 2: commit all admitted consumption, or only the penalties.
-for i = 1, n do
+-- Phase 2: commit all admitted consumption, or only the penalties (nothing in a dry run).
+for i = 1, (dry_run and 0 or n) do
   local r = rules[i]
   local state = nil
   if allowed then

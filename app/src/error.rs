@@ -13,6 +13,9 @@ pub enum AppError {
     Invalid(String),
     #[error("please sign in")]
     Unauthorized,
+    /// Signed in, but not allowed to do this; the message says why.
+    #[error("{0}")]
+    Forbidden(String),
     /// Also used for resources of other tenants, so their existence is not revealed.
     #[error("not found")]
     NotFound,

@@ -2,16 +2,22 @@
 //!
 //! It is organised by feature; each feature folder holds its DTOs, server functions and views:
 //! - [`status`] (the instance status widget: mode, store, limiter, readiness);
-//! - [`auth`] (sign-in);
-//! - [`keys`] (key kinds and the shape of a key);
-//! - [`rules`] (rules, limit specs, their validation, and the reference model of every algorithm).
+//! - [`auth`] (sign-in, sign-out, the signed-in user and their role);
+//! - [`tenants`] (operators: list, create, suspend, resume, add a tenant admin);
+//! - [`rules`] (rules, limit specs, their validation, the reference model of every
+//!   algorithm, and the behaviour preview);
+//! - [`keys`] (key kinds, the shape of a key, keys generated and hashed in the browser);
+//! - [`audit`] (the audit log and its filters);
+//! - [`simulate`] (a dry-run check against a tenant's rules and counters).
 //!
 //! Shared pieces:
 //! - [`error`] — [`AppError`], the one error type every server function returns;
 //! - [`port`] (server only): the [`port::Console`] service trait the server functions call.
 //!   The `server` crate implements it; this crate holds no SQL and no Redis code;
+//! - [`ui`]: dates, error notes, the inline confirmation;
 //! - [`shell`] and [`App`]: the HTML document and the router.
 
+pub mod audit;
 pub mod auth;
 pub mod error;
 pub mod keys;
@@ -19,7 +25,10 @@ pub mod keys;
 pub mod port;
 mod root;
 pub mod rules;
+pub mod simulate;
 pub mod status;
+pub mod tenants;
+pub mod ui;
 
 pub use error::AppError;
 pub use root::{shell, App};

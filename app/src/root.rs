@@ -1,12 +1,17 @@
-//! The HTML document and the router.
+//! The HTML document, the router, and the navigation that follows the user's role.
 
 use leptos::prelude::*;
 use leptos_meta::{provide_meta_context, MetaTags, Stylesheet, Title};
 use leptos_router::components::{Route, Router, Routes, A};
-use leptos_router::path;
+use leptos_router::{path, SsrMode};
 
-use crate::auth::{AccountPage, SignInPage};
+use crate::audit::{PlatformAuditPage, TenantAuditPage};
+use crate::auth::{current_user, AccountPage, SignInPage, SignedInUser, UserResource};
+use crate::keys::KeysPage;
+use crate::rules::RulesPage;
+use crate::simulate::SimulatePage;
 use crate::status::StatusWidget;
+use crate::tenants::TenantsPage;
 
 /// The whole HTML document, rendered on the server for every page.
 pub fn shell(options: LeptosOptions) -> impl IntoView {
@@ -36,6 +41,8 @@ pub fn App() -> impl IntoView {
     // interactive. Tests (and people) can tell a live page from a server-rendered one.
     let (hydrated, set_hydrated) = signal(false);
     Effect::new(move |_| set_hydrated.set(true));
+    let user = UserResource(Resource::new(|| (), |()| current_user()));
+    provide_context(user);
 
     view! {
         <Stylesheet id="leptos" href="/pkg/sluice.css"/>
@@ -43,9 +50,10 @@ pub fn App() -> impl IntoView {
         <Router>
             <header class="top">
                 <A href="/" attr:class="brand">"Sluice"</A>
-                <nav>
-                    <A href="/sign-in">"Sign in"</A>
-                    <A href="/account">"Account"</A>
+                <nav aria-label="Main">
+                    <Transition fallback=|| ()>
+                        {move || user.0.get().map(|reading| view! { <MainNav user=reading.ok().flatten()/> })}
+                    </Transition>
                 </nav>
                 <span class="hydration" data-testid="hydration" data-hydrated=move || hydrated.get().to_string()>
                     {move || if hydrated.get() { "live" } else { "loading…" }}
@@ -56,20 +64,73 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/") view=HomePage/>
                     <Route path=path!("/sign-in") view=SignInPage/>
                     <Route path=path!("/account") view=AccountPage/>
+                    // The management pages wait for their data on the server and arrive as one
+                    // complete document, readable before (and without) any script.
+                    <Route path=path!("/tenants") view=TenantsPage ssr=SsrMode::Async/>
+                    <Route path=path!("/audit") view=PlatformAuditPage ssr=SsrMode::Async/>
+                    <Route path=path!("/tenants/:tenant/rules") view=RulesPage ssr=SsrMode::Async/>
+                    <Route path=path!("/tenants/:tenant/keys") view=KeysPage ssr=SsrMode::Async/>
+                    <Route path=path!("/tenants/:tenant/audit") view=TenantAuditPage ssr=SsrMode::Async/>
+                    <Route path=path!("/tenants/:tenant/simulate") view=SimulatePage ssr=SsrMode::Async/>
                 </Routes>
             </main>
         </Router>
     }
 }
 
+/// The links a user's role gives them.
+#[component]
+fn MainNav(user: Option<SignedInUser>) -> impl IntoView {
+    match user {
+        None => view! { <A href="/sign-in">"Sign in"</A> }.into_any(),
+        Some(user) => {
+            let role_links = match user.tenant_id.clone() {
+                Some(t) if user.role != "operator" => view! {
+                    <A href=format!("/tenants/{t}/rules")>"Rules"</A>
+                    <A href=format!("/tenants/{t}/keys")>"Keys"</A>
+                    <A href=format!("/tenants/{t}/audit")>"Audit log"</A>
+                    <A href=format!("/tenants/{t}/simulate")>"Simulate"</A>
+                }
+                .into_any(),
+                _ => view! {
+                    <A href="/tenants">"Tenants"</A>
+                    <A href="/audit">"Audit log"</A>
+                }
+                .into_any(),
+            };
+            view! {
+                {role_links}
+                <span class="spacer"></span>
+                <A href="/account" attr:data-testid="nav-account">{user.email.clone()}</A>
+            }
+            .into_any()
+        }
+    }
+}
+
 #[component]
 fn HomePage() -> impl IntoView {
+    let user = expect_context::<UserResource>();
     view! {
         <h1>"Sluice console"</h1>
         <p class="lead">
             "Rate-limit decisions for your services, in one Redis round trip. "
             "Rules and keys are managed per tenant."
         </p>
+        <Transition fallback=|| ()>
+            {move || user.0.get().map(|reading| match reading.ok().flatten() {
+                None => view! {
+                    <p><a href="/sign-in">"Sign in"</a>" to manage tenants, rules and keys."</p>
+                }.into_any(),
+                Some(u) => match u.tenant_id.filter(|_| u.role != "operator") {
+                    Some(t) => view! {
+                        <p>"Go to your tenant's " <a href=format!("/tenants/{t}/rules")>"rules"</a>
+                        " or " <a href=format!("/tenants/{t}/keys")>"keys"</a> "."</p>
+                    }.into_any(),
+                    None => view! { <p>"Go to the " <a href="/tenants">"tenants"</a> "."</p> }.into_any(),
+                },
+            })}
+        </Transition>
         <StatusWidget/>
     }
 }

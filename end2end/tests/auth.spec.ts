@@ -20,6 +20,10 @@ test('sign-in, a wrong password, and sign-out that really ends the session', asy
   // The right one, with the keyboard: Enter submits.
   await page.getByLabel('Password').fill(PASSWORD);
   await page.getByLabel('Password').press('Enter');
+  // An operator starts on the tenants page, and the navigation knows who is signed in.
+  await expect(page).toHaveURL(/\/tenants$/);
+  await expect(page.getByTestId('nav-account')).toHaveText(EMAIL);
+  await page.getByTestId('nav-account').click();
   await expect(page).toHaveURL(/\/account$/);
   await expect(page.getByTestId('signed-in-as')).toContainText(`Signed in as ${EMAIL} (operator)`);
   const cookies = await page.context().cookies();

@@ -42,7 +42,7 @@ test('navigation between pages happens in the browser after hydration', async ({
   await waitForHydration(page);
   // A full page load would lose this marker; client-side routing keeps it.
   await page.evaluate(() => ((window as unknown as { sluiceMarker: number }).sluiceMarker = 42));
-  await page.getByRole('link', { name: 'Sign in' }).click();
+  await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Sign in' }).click();
   await expect(page).toHaveURL(/\/sign-in$/);
   await expect(page.getByRole('heading', { name: 'Sign in' })).toBeVisible();
   const marker = await page.evaluate(() => (window as unknown as { sluiceMarker?: number }).sluiceMarker);

@@ -65,6 +65,7 @@ async fn check(
         }],
         request_id: None,
         now_ms: None,
+        dry_run: false,
     };
     limiter.check(&request).await.unwrap().allowed
 }

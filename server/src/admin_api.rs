@@ -1,9 +1,12 @@
 //! `/v1/admin/*`: the admin REST API. Handlers authenticate the admin or operator key, then
 //! call [`AdminService`], which authorises, changes, audits and announces.
 
+use app::audit::AuditFilter;
 use app::keys::KeyKind;
 use app::rules::RuleBody;
-use axum::extract::{FromRequestParts, Path, State};
+use app::simulate::SimulateInput;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
@@ -42,6 +45,7 @@ pub fn routes() -> Router<AppState> {
             "/v1/admin/tenants/{tenant}/keys/{id}/revoke",
             post(revoke_key),
         )
+        .route("/v1/admin/tenants/{tenant}/simulate", post(simulate))
         .route("/v1/admin/tenants/{tenant}/audit", get(tenant_audit))
         .route("/v1/admin/audit", get(platform_audit))
 }
@@ -209,17 +213,41 @@ async fn revoke_key(
     Ok(Json(svc.revoke_key(&actor, &tenant, &id).await?))
 }
 
+async fn simulate(
+    State(svc): State<AdminService>,
+    Acting(actor): Acting,
+    Path(tenant): Path<String>,
+    AppJson(input): AppJson<SimulateInput>,
+) -> Result<impl IntoResponse, ApiError> {
+    Ok(Json(svc.simulate(&actor, &tenant, &input).await?))
+}
+
+/// The audit filter from the query string (`actor`, `action`, `since_ms`, `until_ms`).
+fn audit_filter(
+    query: Result<Query<AuditFilter>, QueryRejection>,
+) -> Result<AuditFilter, ApiError> {
+    query
+        .map(|Query(filter)| filter.normalized())
+        .map_err(|e| ApiError::BadRequest(e.body_text()))
+}
+
 async fn tenant_audit(
     State(svc): State<AdminService>,
     Acting(actor): Acting,
     Path(tenant): Path<String>,
+    query: Result<Query<AuditFilter>, QueryRejection>,
 ) -> Result<impl IntoResponse, ApiError> {
-    Ok(Json(svc.audit_events(&actor, Some(&tenant)).await?))
+    let filter = audit_filter(query)?;
+    Ok(Json(
+        svc.audit_events(&actor, Some(&tenant), &filter).await?,
+    ))
 }
 
 async fn platform_audit(
     State(svc): State<AdminService>,
     Acting(actor): Acting,
+    query: Result<Query<AuditFilter>, QueryRejection>,
 ) -> Result<impl IntoResponse, ApiError> {
-    Ok(Json(svc.audit_events(&actor, None).await?))
+    let filter = audit_filter(query)?;
+    Ok(Json(svc.audit_events(&actor, None, &filter).await?))
 }

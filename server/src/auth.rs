@@ -8,7 +8,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::http::HeaderMap;
-use sha2::{Digest, Sha256};
 
 use crate::cache::{CachedKey, Caches, CompiledTenant, Lookup};
 use crate::error::ApiError;
@@ -28,10 +27,9 @@ pub fn presented_key(headers: &HeaderMap) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
-/// Lower-case hex SHA-256, the form keys are stored in.
-pub fn sha256_hex(key: &str) -> String {
-    hex::encode(Sha256::digest(key.as_bytes()))
-}
+/// Lower-case hex SHA-256, the form keys are stored in: the console computes the same
+/// function in the browser.
+pub use app::keys::sha256_hex;
 
 /// Key ids seen since the last flush; `last_used_at` is written in batches, off the check path.
 #[derive(Debug, Clone, Default)]

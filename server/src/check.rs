@@ -162,33 +162,14 @@ async fn decide(
         };
         return Ok(Json(body).into_response());
     }
-    let mut checks = Vec::with_capacity(rules.len());
-    for rule in &rules {
-        let subject = match rule.body.scope {
-            Scope::Tenant => None,
-            Scope::Subject => Some(check.subject.as_deref().ok_or_else(|| {
-                ApiError::BadRequest(format!(
-                    "rule {:?} limits each subject separately: send `subject` (a user id, an IP, ...)",
-                    rule.body.name
-                ))
-            })?),
-        };
-        checks.push(RuleCheck {
-            key: keys::bucket(
-                &tenant_id,
-                &keys::rule_part(&rule.id, rule.body.algorithm),
-                subject,
-            ),
-            spec: rule.body.spec(),
-            cost: check.cost,
-            shadow: rule.body.shadow,
-        });
-    }
+    let checks = rule_checks(&tenant_id, &rules, check.cost, check.subject.as_deref())
+        .map_err(ApiError::BadRequest)?;
     let request = CheckRequest {
         tenant: tenant_id,
         rules: checks,
         request_id: check.request_id,
         now_ms: None,
+        dry_run: false,
     };
     let limiter_started = Instant::now();
     let outcome = limiter.check(&request).await;
@@ -228,9 +209,48 @@ async fn decide(
     Ok(respond(rule, &decision, outcome.allowed))
 }
 
+/// The limiter's view of `rules` for one check: each rule's bucket (per subject where the
+/// rule says so), parameters and cost. A subject-scoped rule without a subject is an error
+/// that says what to send.
+pub fn rule_checks(
+    tenant_id: &str,
+    rules: &[std::sync::Arc<Rule>],
+    cost: u64,
+    subject: Option<&str>,
+) -> Result<Vec<RuleCheck>, String> {
+    rules
+        .iter()
+        .map(|rule| {
+            let subject = match rule.body.scope {
+                Scope::Tenant => None,
+                Scope::Subject => Some(subject.ok_or_else(|| {
+                    format!(
+                        "rule {:?} limits each subject separately: send `subject` (a user id, an IP, ...)",
+                        rule.body.name
+                    )
+                })?),
+            };
+            Ok(RuleCheck {
+                key: keys::bucket(
+                    tenant_id,
+                    &keys::rule_part(&rule.id, rule.body.algorithm),
+                    subject,
+                ),
+                spec: rule.body.spec(),
+                cost,
+                shadow: rule.body.shadow,
+            })
+        })
+        .collect()
+}
+
 /// The rule the headers describe: on a denial the enforced rule with the longest wait (a
 /// rule the cost can never fit first); otherwise the one with the least capacity left.
-fn deciding_rule(rules: &[std::sync::Arc<Rule>], decisions: &[Decision], allowed: bool) -> usize {
+pub fn deciding_rule(
+    rules: &[std::sync::Arc<Rule>],
+    decisions: &[Decision],
+    allowed: bool,
+) -> usize {
     let enforced: Vec<usize> = (0..rules.len())
         .filter(|&i| !rules[i].body.shadow)
         .collect();

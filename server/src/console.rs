@@ -1,10 +1,15 @@
 //! The server's implementation of the console port ([`app::port::Console`]). Server functions
-//! reach it through Leptos context; the admin REST API will call the same service.
+//! reach it through Leptos context. Every admin operation goes to [`AdminService`], the same
+//! service behind `/v1/admin`, acting as the session's user.
 
+use app::audit::{AuditEntry, AuditFilter};
 use app::auth::SignedInUser;
+use app::keys::{KeyInfo, KeyKind};
 use app::port::Console;
-use app::rules::{Algorithm, LimitSpec};
+use app::rules::{Algorithm, LimitSpec, RuleBody, RuleInfo};
+use app::simulate::{SimulateInput, Simulation};
 use app::status::Status;
+use app::tenants::TenantInfo;
 use app::AppError;
 use axum::http::request::Parts;
 use tower_sessions::Session;
@@ -12,6 +17,11 @@ use tower_sessions::Session;
 use crate::health;
 use crate::limiter::{keys, CheckRequest, Limiter, RuleCheck};
 use crate::passwords;
+use crate::service::{Actor, AdminService, KeyBody, RotateBody, ServiceError};
+use crate::store::audit::AuditEvent;
+use crate::store::keys::ApiKey;
+use crate::store::rules::Rule;
+use crate::store::tenants::Tenant;
 use crate::store::{self, users::User, Db, StoreError};
 
 /// Session key of the signed-in user's id.
@@ -43,6 +53,79 @@ fn session_error(e: tower_sessions::session::Error) -> AppError {
     AppError::Unavailable("the session store".into())
 }
 
+fn service_error(e: ServiceError) -> AppError {
+    match e {
+        ServiceError::NotFound(_) => AppError::NotFound,
+        ServiceError::Forbidden(m) => AppError::Forbidden(m),
+        ServiceError::Invalid(problems) => AppError::Invalid(
+            problems
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; "),
+        ),
+        ServiceError::Store(StoreError::Conflict(what)) => {
+            AppError::Invalid(format!("{what} already exists"))
+        }
+        ServiceError::Store(e) => store_error(e),
+        ServiceError::Limiter(e) if e.is_transient() => {
+            AppError::Unavailable("the limiter's Redis".into())
+        }
+        ServiceError::Limiter(e) => {
+            tracing::error!(error = %e, "console limiter error");
+            AppError::Internal
+        }
+        ServiceError::Internal(m) => {
+            tracing::error!(error = %m, "console operation failed");
+            AppError::Internal
+        }
+    }
+}
+
+fn tenant_info(t: Tenant) -> TenantInfo {
+    TenantInfo {
+        id: t.id,
+        name: t.name,
+        status: t.status,
+        created_at: t.created_at,
+    }
+}
+
+fn rule_info(r: Rule) -> RuleInfo {
+    RuleInfo {
+        id: r.id,
+        body: r.body,
+        created_at: r.created_at,
+        updated_at: r.updated_at,
+    }
+}
+
+fn key_info(k: ApiKey) -> KeyInfo {
+    KeyInfo {
+        id: k.id,
+        kind: k.kind,
+        name: k.name,
+        prefix: k.prefix,
+        created_at: k.created_at,
+        expires_at: k.expires_at,
+        revoked_at: k.revoked_at,
+        last_used_at: k.last_used_at,
+        replaced_by: k.replaced_by,
+    }
+}
+
+fn audit_entry(e: AuditEvent) -> AuditEntry {
+    AuditEntry {
+        id: e.id,
+        tenant_id: e.tenant_id,
+        actor: e.actor,
+        action: e.action,
+        target: e.target,
+        detail: e.detail,
+        at: e.at,
+    }
+}
+
 fn signed_in(user: User) -> SignedInUser {
     SignedInUser {
         email: user.email,
@@ -51,20 +134,55 @@ fn signed_in(user: User) -> SignedInUser {
     }
 }
 
-/// The console service over the store and the limiter.
+/// The console service over the store, the limiter and the admin service.
 #[derive(Debug, Clone)]
 pub struct ConsoleService {
     db: Db,
     limiter: Limiter,
+    admin: AdminService,
     embedded: bool,
 }
 
 impl ConsoleService {
-    pub fn new(db: Db, limiter: Limiter, embedded: bool) -> Self {
+    pub fn new(db: Db, limiter: Limiter, admin: AdminService, embedded: bool) -> Self {
         Self {
             db,
             limiter,
+            admin,
             embedded,
+        }
+    }
+
+    async fn session_user(&self) -> Result<Option<User>, AppError> {
+        let Some(id) = session()?
+            .get::<String>(USER_ID)
+            .await
+            .map_err(session_error)?
+        else {
+            return Ok(None);
+        };
+        store::users::get(&self.db, &id).await.map_err(store_error)
+    }
+
+    /// The session's user as the admin service's actor. A tenant admin of a suspended
+    /// tenant is refused, as that tenant's admin keys are on `/v1/admin`.
+    async fn actor(&self) -> Result<Actor, AppError> {
+        let user = self.session_user().await?.ok_or(AppError::Unauthorized)?;
+        let label = format!("user:{}", user.email);
+        match (user.role.as_str(), user.tenant_id) {
+            ("operator", _) => Ok(Actor::Operator { label }),
+            ("tenant_admin", Some(tenant_id)) => {
+                let tenant = store::tenants::get(&self.db, &tenant_id)
+                    .await
+                    .map_err(store_error)?;
+                if tenant.is_none_or(|t| t.status != "active") {
+                    return Err(AppError::Forbidden(
+                        "your tenant is suspended; ask an operator to resume it".into(),
+                    ));
+                }
+                Ok(Actor::TenantAdmin { tenant_id, label })
+            }
+            _ => Err(AppError::Unauthorized),
         }
     }
 }
@@ -119,17 +237,173 @@ impl Console for ConsoleService {
     }
 
     async fn current_user(&self) -> Result<Option<SignedInUser>, AppError> {
-        let Some(id) = session()?
-            .get::<String>(USER_ID)
+        Ok(self.session_user().await?.map(signed_in))
+    }
+
+    async fn list_tenants(&self) -> Result<Vec<TenantInfo>, AppError> {
+        let actor = self.actor().await?;
+        let tenants = self
+            .admin
+            .list_tenants(&actor)
             .await
-            .map_err(session_error)?
-        else {
-            return Ok(None);
+            .map_err(service_error)?;
+        Ok(tenants.into_iter().map(tenant_info).collect())
+    }
+
+    async fn get_tenant(&self, tenant: &str) -> Result<TenantInfo, AppError> {
+        let actor = self.actor().await?;
+        self.admin
+            .get_tenant(&actor, tenant)
+            .await
+            .map(tenant_info)
+            .map_err(service_error)
+    }
+
+    async fn create_tenant(&self, name: &str) -> Result<TenantInfo, AppError> {
+        let actor = self.actor().await?;
+        self.admin
+            .create_tenant(&actor, name)
+            .await
+            .map(tenant_info)
+            .map_err(service_error)
+    }
+
+    async fn set_tenant_active(&self, tenant: &str, active: bool) -> Result<TenantInfo, AppError> {
+        let actor = self.actor().await?;
+        self.admin
+            .set_tenant_active(&actor, tenant, active)
+            .await
+            .map(tenant_info)
+            .map_err(service_error)
+    }
+
+    async fn add_tenant_admin(
+        &self,
+        tenant: &str,
+        email: &str,
+        password: &str,
+    ) -> Result<(), AppError> {
+        let actor = self.actor().await?;
+        self.admin
+            .add_tenant_admin(&actor, tenant, email, password)
+            .await
+            .map_err(service_error)
+    }
+
+    async fn list_rules(&self, tenant: &str) -> Result<Vec<RuleInfo>, AppError> {
+        let actor = self.actor().await?;
+        let rules = self
+            .admin
+            .list_rules(&actor, tenant)
+            .await
+            .map_err(service_error)?;
+        Ok(rules.into_iter().map(rule_info).collect())
+    }
+
+    async fn save_rule(
+        &self,
+        tenant: &str,
+        id: Option<&str>,
+        body: RuleBody,
+    ) -> Result<RuleInfo, AppError> {
+        let actor = self.actor().await?;
+        let saved = match id {
+            None => self.admin.create_rule(&actor, tenant, &body).await,
+            Some(id) => self.admin.update_rule(&actor, tenant, id, &body).await,
         };
-        Ok(store::users::get(&self.db, &id)
+        saved.map(rule_info).map_err(service_error)
+    }
+
+    async fn delete_rule(&self, tenant: &str, id: &str) -> Result<(), AppError> {
+        let actor = self.actor().await?;
+        self.admin
+            .delete_rule(&actor, tenant, id)
             .await
-            .map_err(store_error)?
-            .map(signed_in))
+            .map_err(service_error)
+    }
+
+    async fn list_keys(&self, tenant: &str) -> Result<Vec<KeyInfo>, AppError> {
+        let actor = self.actor().await?;
+        let keys = self
+            .admin
+            .list_keys(&actor, tenant)
+            .await
+            .map_err(service_error)?;
+        Ok(keys.into_iter().map(key_info).collect())
+    }
+
+    async fn create_key(
+        &self,
+        tenant: &str,
+        kind: KeyKind,
+        name: &str,
+        hash: &str,
+        prefix: &str,
+    ) -> Result<KeyInfo, AppError> {
+        let actor = self.actor().await?;
+        let body = KeyBody {
+            kind,
+            name: name.to_owned(),
+            hash: hash.to_owned(),
+            prefix: prefix.to_owned(),
+        };
+        self.admin
+            .create_key(&actor, tenant, &body)
+            .await
+            .map(key_info)
+            .map_err(service_error)
+    }
+
+    async fn rotate_key(
+        &self,
+        tenant: &str,
+        key: &str,
+        hash: &str,
+        prefix: &str,
+        grace_seconds: u64,
+    ) -> Result<KeyInfo, AppError> {
+        let actor = self.actor().await?;
+        let body = RotateBody {
+            hash: hash.to_owned(),
+            prefix: prefix.to_owned(),
+            grace_seconds,
+        };
+        self.admin
+            .rotate_key(&actor, tenant, key, &body)
+            .await
+            .map(key_info)
+            .map_err(service_error)
+    }
+
+    async fn revoke_key(&self, tenant: &str, key: &str) -> Result<KeyInfo, AppError> {
+        let actor = self.actor().await?;
+        self.admin
+            .revoke_key(&actor, tenant, key)
+            .await
+            .map(key_info)
+            .map_err(service_error)
+    }
+
+    async fn audit(
+        &self,
+        tenant: Option<&str>,
+        filter: AuditFilter,
+    ) -> Result<Vec<AuditEntry>, AppError> {
+        let actor = self.actor().await?;
+        let events = self
+            .admin
+            .audit_events(&actor, tenant, &filter)
+            .await
+            .map_err(service_error)?;
+        Ok(events.into_iter().map(audit_entry).collect())
+    }
+
+    async fn simulate(&self, tenant: &str, input: SimulateInput) -> Result<Simulation, AppError> {
+        let actor = self.actor().await?;
+        self.admin
+            .simulate(&actor, tenant, &input)
+            .await
+            .map_err(service_error)
     }
 }
 
@@ -148,6 +422,7 @@ impl ConsoleService {
             }],
             request_id: None,
             now_ms: None,
+            dry_run: false,
         };
         match self.limiter.check(&request).await {
             Ok(outcome) if !outcome.allowed => {

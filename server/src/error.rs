@@ -32,6 +32,9 @@ pub enum ApiError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Limiter(#[from] LimiterError),
+    /// A bug or an unexpected failure, already logged.
+    #[error("internal error; see the server log")]
+    Internal,
 }
 
 /// The problem+json body.
@@ -59,7 +62,9 @@ impl ApiError {
             ApiError::Store(StoreError::Conflict(_)) => StatusCode::CONFLICT,
             ApiError::Store(e) if e.is_transient() => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Limiter(e) if e.is_transient() => StatusCode::SERVICE_UNAVAILABLE,
-            ApiError::Store(_) | ApiError::Limiter(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Store(_) | ApiError::Limiter(_) | ApiError::Internal => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
         }
     }
 
@@ -127,6 +132,11 @@ impl From<crate::service::ServiceError> for ApiError {
                 ApiError::Conflict(format!("{what} already exists"))
             }
             ServiceError::Store(e) => ApiError::Store(e),
+            ServiceError::Limiter(e) => ApiError::Limiter(e),
+            ServiceError::Internal(m) => {
+                tracing::error!(error = %m, "admin operation failed");
+                ApiError::Internal
+            }
         }
     }
 }

@@ -61,6 +61,16 @@ fn id_param(what: &str) -> Value {
     json!({ "name": "id", "in": "path", "required": true, "schema": { "type": "string" }, "description": format!("The {what} id.") })
 }
 
+/// The audit log's query-string filters.
+fn audit_filters() -> Value {
+    json!([
+        { "name": "actor", "in": "query", "schema": { "type": "string" }, "description": "Exactly this actor, e.g. user:ops@example.com." },
+        { "name": "action", "in": "query", "schema": { "type": "string" }, "description": "Exactly this action, e.g. key.revoke." },
+        { "name": "since_ms", "in": "query", "schema": { "type": "integer" }, "description": "Events at or after this Unix time in ms." },
+        { "name": "until_ms", "in": "query", "schema": { "type": "integer" }, "description": "Events at or before this Unix time in ms." }
+    ])
+}
+
 fn operation(id: &str, tag: &str, summary: &str, responses: Value) -> Value {
     json!({ "operationId": id, "tags": [tag], "summary": summary, "responses": responses })
 }
@@ -153,12 +163,31 @@ pub fn document() -> Value {
                 "parameters": [tenant_param(), key_id],
                 "post": operation("revokeKey", "keys", "Revoke a key on every instance within a second.", admin_errors(json!({ "200": ok("Revoked.", schema("ApiKey")) }), false))
             },
+            "/v1/admin/tenants/{tenant}/simulate": {
+                "parameters": [tenant_param()],
+                "post": {
+                    "operationId": "simulate", "tags": ["rules"],
+                    "summary": "Decide a check against the tenant's current rules and counters without consuming anything (a dry run).",
+                    "requestBody": body("SimulateRequest"),
+                    "responses": admin_errors(json!({ "200": ok("How the check would be decided now.", schema("Simulation")) }), true)
+                }
+            },
             "/v1/admin/tenants/{tenant}/audit": {
                 "parameters": [tenant_param()],
-                "get": operation("tenantAudit", "audit", "The tenant's audit events, newest first.", admin_errors(json!({ "200": ok("The events.", list_of("AuditEvent")) }), false))
+                "get": {
+                    "operationId": "tenantAudit", "tags": ["audit"],
+                    "summary": "The tenant's audit events, newest first (at most 500).",
+                    "parameters": audit_filters(),
+                    "responses": admin_errors(json!({ "200": ok("The events.", list_of("AuditEvent")), "400": problem("A malformed filter.") }), false)
+                }
             },
             "/v1/admin/audit": {
-                "get": operation("platformAudit", "audit", "Every audit event, newest first (operators).", admin_errors(json!({ "200": ok("The events.", list_of("AuditEvent")) }), false))
+                "get": {
+                    "operationId": "platformAudit", "tags": ["audit"],
+                    "summary": "Every audit event, newest first (operators; at most 500).",
+                    "parameters": audit_filters(),
+                    "responses": admin_errors(json!({ "200": ok("The events.", list_of("AuditEvent")), "400": problem("A malformed filter.") }), false)
+                }
             },
             "/v1/openapi.json": {
                 "get": { "operationId": "openapi", "tags": ["meta"], "summary": "This document.", "security": [],
@@ -287,6 +316,33 @@ fn schemas() -> Value {
                 "name": { "type": "string" }, "prefix": { "type": "string" },
                 "created_at": millis, "expires_at": nullable_millis, "revoked_at": nullable_millis,
                 "last_used_at": nullable_millis, "replaced_by": { "type": ["string", "null"] }
+            }
+        },
+        "SimulateRequest": {
+            "type": "object", "required": ["route"], "additionalProperties": false,
+            "properties": {
+                "route": text,
+                "subject": text,
+                "cost": { "type": "integer", "minimum": 1, "maximum": MAX_COST, "default": 1 }
+            }
+        },
+        "Simulation": {
+            "type": "object", "required": ["allowed", "policy", "rules", "now_ms"],
+            "properties": {
+                "allowed": { "type": "boolean" },
+                "policy": { "type": ["string", "null"], "description": "The rule a real check would report; null when no rule applies." },
+                "now_ms": millis,
+                "rules": { "type": "array", "items": {
+                    "type": "object",
+                    "required": ["rule_id", "policy", "shadow", "verdict", "limit", "remaining", "reset_after_ms", "retry_after_ms"],
+                    "properties": {
+                        "rule_id": { "type": "string" }, "policy": { "type": "string" }, "shadow": { "type": "boolean" },
+                        "verdict": { "type": "string", "enum": ["allow", "deny", "never_fits"] },
+                        "limit": { "type": "integer" },
+                        "remaining": { "type": "number", "description": "Capacity left if the check were made now." },
+                        "reset_after_ms": { "type": "integer" }, "retry_after_ms": { "type": "integer" }
+                    }
+                } }
             }
         },
         "AuditEvent": {

@@ -9,8 +9,8 @@ use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, Salt
 use argon2::Argon2;
 use rand::Rng;
 
-/// The shortest password `sluice user create` accepts.
-pub const MIN_PASSWORD_CHARS: usize = 12;
+/// The shortest password accepted anywhere (the console says the same while you type).
+pub const MIN_PASSWORD_CHARS: usize = app::tenants::MIN_PASSWORD_CHARS;
 
 static DUMMY_HASH: LazyLock<String> = LazyLock::new(|| hash_now(&generate()).unwrap_or_default());
 

@@ -1,11 +1,15 @@
 //! The admin service: every admin operation, its authorisation and its audit event, written
 //! once. `/v1/admin/*` calls it; the console's server functions will call the same service.
 
+use app::audit::AuditFilter;
 use app::keys::{is_sha256_hex, KeyKind};
-use app::rules::{FieldError, MatchKind, RuleBody};
+use app::rules::{check_text, FieldError, MatchKind, RuleBody, MAX_COST};
+use app::simulate::{SimulateInput, SimulatedRule, Simulation};
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::cache::CompiledTenant;
+use crate::limiter::{CheckRequest, Limiter, LimiterError};
 use crate::propagation::{Bus, Change};
 use crate::store::keys::{ApiKey, NewKey};
 use crate::store::rules::Rule;
@@ -17,6 +21,8 @@ use crate::store::{self, audit, Db, StoreError};
 pub const MAX_RULES_PER_MATCH: usize = 4;
 /// The longest grace period of a rotation: 30 days.
 pub const MAX_GRACE_SECONDS: u64 = 30 * 86_400;
+/// The most audit events one listing returns.
+pub const AUDIT_PAGE: i64 = 500;
 
 /// Who is acting.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,6 +70,11 @@ pub enum ServiceError {
     Invalid(Vec<FieldError>),
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error(transparent)]
+    Limiter(#[from] LimiterError),
+    /// A failure that is neither the caller's nor a dependency's; details are logged.
+    #[error("{0}")]
+    Internal(String),
 }
 
 fn invalid(field: &str, message: impl Into<String>) -> ServiceError {
@@ -117,11 +128,12 @@ fn check_key_material(kind: KeyKind, hash: &str, prefix: &str) -> Result<(), Ser
 pub struct AdminService {
     db: Db,
     bus: Bus,
+    limiter: Limiter,
 }
 
 impl AdminService {
-    pub fn new(db: Db, bus: Bus) -> Self {
-        Self { db, bus }
+    pub fn new(db: Db, bus: Bus, limiter: Limiter) -> Self {
+        Self { db, bus, limiter }
     }
 
     async fn tenant(&self, actor: &Actor, tenant_id: &str) -> Result<Tenant, ServiceError> {
@@ -199,6 +211,36 @@ impl AdminService {
         store::tenants::get(&self.db, tenant_id)
             .await?
             .ok_or(ServiceError::NotFound("tenant"))
+    }
+
+    /// Creates a tenant admin account with an initial password (operators only).
+    pub async fn add_tenant_admin(
+        &self,
+        actor: &Actor,
+        tenant_id: &str,
+        email: &str,
+        password: &str,
+    ) -> Result<(), ServiceError> {
+        actor.require_operator()?;
+        self.tenant(actor, tenant_id).await?;
+        let email = email.trim().to_lowercase();
+        if !email.contains('@') || email.len() > 254 || email.chars().any(char::is_whitespace) {
+            return Err(invalid("email", "must be an email address"));
+        }
+        let min = crate::passwords::MIN_PASSWORD_CHARS;
+        if password.chars().count() < min {
+            return Err(invalid(
+                "password",
+                format!("must have at least {min} characters"),
+            ));
+        }
+        let hash = crate::passwords::hash(password.to_owned())
+            .await
+            .map_err(|e| ServiceError::Internal(e.to_string()))?;
+        store::users::insert(&self.db, &email, &hash, "tenant_admin", Some(tenant_id)).await?;
+        let detail = json!({ "email": email, "role": "tenant_admin" });
+        self.audit(Some(tenant_id), actor, "user.create", None, detail)
+            .await
     }
 
     // ---- rules ----
@@ -463,11 +505,12 @@ impl AdminService {
 
     // ---- audit ----
 
-    /// A tenant's events, or (`None`, operators only) the whole platform's.
+    /// A tenant's events, or (`None`, operators only) the whole platform's; newest first.
     pub async fn audit_events(
         &self,
         actor: &Actor,
         tenant_id: Option<&str>,
+        filter: &AuditFilter,
     ) -> Result<Vec<audit::AuditEvent>, ServiceError> {
         match tenant_id {
             Some(t) => {
@@ -475,6 +518,78 @@ impl AdminService {
             }
             None => actor.require_operator()?,
         }
-        Ok(audit::list(&self.db, tenant_id, 500).await?)
+        if let (Some(since), Some(until)) = (filter.since_ms, filter.until_ms) {
+            if since > until {
+                return Err(invalid("since", "the start of the range is after its end"));
+            }
+        }
+        Ok(audit::list(&self.db, tenant_id, filter, AUDIT_PAGE).await?)
+    }
+
+    // ---- simulate ----
+
+    /// Decides a check against the tenant's current rules (read from the store, so a rule
+    /// saved a moment ago counts) and current counters, consuming nothing.
+    pub async fn simulate(
+        &self,
+        actor: &Actor,
+        tenant_id: &str,
+        input: &SimulateInput,
+    ) -> Result<Simulation, ServiceError> {
+        let tenant = self.tenant(actor, tenant_id).await?;
+        check_text("route", &input.route).map_err(|m| invalid("route", m))?;
+        if let Some(subject) = &input.subject {
+            check_text("subject", subject).map_err(|m| invalid("subject", m))?;
+        }
+        let cost = input.cost.unwrap_or(1);
+        if !(1..=MAX_COST).contains(&cost) {
+            return Err(invalid(
+                "cost",
+                format!("must be a whole number from 1 to {MAX_COST}"),
+            ));
+        }
+        let rules = store::rules::list(&self.db, tenant_id).await?;
+        let compiled = CompiledTenant::compile(tenant, rules);
+        let rules = compiled.resolve(&input.route);
+        if rules.is_empty() {
+            return Ok(Simulation {
+                allowed: true,
+                policy: None,
+                rules: Vec::new(),
+                now_ms: store::now_ms(),
+            });
+        }
+        let checks = crate::check::rule_checks(tenant_id, &rules, cost, input.subject.as_deref())
+            .map_err(|m| invalid("subject", m))?;
+        let outcome = self
+            .limiter
+            .check(&CheckRequest {
+                tenant: tenant_id.to_owned(),
+                rules: checks,
+                request_id: None,
+                now_ms: None,
+                dry_run: true,
+            })
+            .await?;
+        let deciding = crate::check::deciding_rule(&rules, &outcome.decisions, outcome.allowed);
+        Ok(Simulation {
+            allowed: outcome.allowed,
+            policy: Some(rules[deciding].body.name.clone()),
+            rules: rules
+                .iter()
+                .zip(&outcome.decisions)
+                .map(|(rule, d)| SimulatedRule {
+                    rule_id: rule.id.clone(),
+                    policy: rule.body.name.clone(),
+                    shadow: rule.body.shadow,
+                    verdict: d.verdict,
+                    limit: d.limit,
+                    remaining: d.remaining,
+                    reset_after_ms: d.reset_after_ms,
+                    retry_after_ms: d.retry_after_ms,
+                })
+                .collect(),
+            now_ms: outcome.now_ms,
+        })
     }
 }

@@ -173,7 +173,6 @@ impl Application {
             db.dialect().as_str(),
             limiter.kind().as_str(),
         );
-        let console = ConsoleService::new(db.clone(), limiter.clone(), embedded);
         let caches = Caches::default();
         let usage = UsageRecorder::default();
         let auth = Authenticator {
@@ -182,7 +181,12 @@ impl Application {
             metrics: metrics.clone(),
             usage: usage.clone(),
         };
-        let service = AdminService::new(db.clone(), Bus::new(caches.clone(), &limiter));
+        let service = AdminService::new(
+            db.clone(),
+            Bus::new(caches.clone(), &limiter),
+            limiter.clone(),
+        );
+        let console = ConsoleService::new(db.clone(), limiter.clone(), service.clone(), embedded);
         match config.limiter_target() {
             LimiterTarget::Redis(url) => drop(propagation::spawn_subscriber(caches, vec![url])),
             LimiterTarget::Cluster(nodes) => drop(propagation::spawn_subscriber(caches, nodes)),

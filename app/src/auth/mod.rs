@@ -18,6 +18,21 @@ pub struct SignedInUser {
     pub tenant_id: Option<String>,
 }
 
+impl SignedInUser {
+    /// Where this user starts: the tenants for an operator, their tenant's rules otherwise.
+    pub fn home(&self) -> String {
+        match &self.tenant_id {
+            Some(t) if self.role != "operator" => format!("/tenants/{t}/rules"),
+            _ => "/tenants".to_owned(),
+        }
+    }
+}
+
+/// The signed-in user, read once per page load and shared through context; sign-in and
+/// sign-out refetch it so the navigation follows.
+#[derive(Debug, Clone, Copy)]
+pub struct UserResource(pub Resource<Result<Option<SignedInUser>, AppError>>);
+
 /// Signs in; a wrong email or password gets [`AppError::Invalid`] with a clear message.
 #[server(prefix = "/api", endpoint = "sign_in")]
 pub async fn sign_in(email: String, password: String) -> Result<SignedInUser, AppError> {
@@ -41,9 +56,13 @@ pub async fn current_user() -> Result<Option<SignedInUser>, AppError> {
 pub fn SignInPage() -> impl IntoView {
     let action = ServerAction::<SignIn>::new();
     let navigate = use_navigate();
+    let user = use_context::<UserResource>();
     Effect::new(move |_| {
-        if let Some(Ok(_)) = action.value().get() {
-            navigate("/account", Default::default());
+        if let Some(Ok(signed_in)) = action.value().get() {
+            if let Some(user) = user {
+                user.0.refetch();
+            }
+            navigate(&signed_in.home(), Default::default());
         }
     });
     let error = move || match action.value().get() {
@@ -75,8 +94,12 @@ pub fn AccountPage() -> impl IntoView {
     let user = Resource::new(|| (), |()| current_user());
     let sign_out = ServerAction::<SignOut>::new();
     let navigate = use_navigate();
+    let signed_in = use_context::<UserResource>();
     Effect::new(move |_| {
         if let Some(Ok(())) = sign_out.value().get() {
+            if let Some(user) = signed_in {
+                user.0.refetch();
+            }
             navigate("/sign-in", Default::default());
         }
     });

@@ -1,7 +1,19 @@
-//! API keys: their kinds and their shape. A key is 256 random bits in hex behind a visible
-//! kind prefix (`sl_chk_`, `sl_adm_`, `sl_op_`). Only its SHA-256 is ever stored.
+//! API keys: their kinds, their shape, and the keys page. A key is 256 random bits in hex
+//! behind a visible kind prefix (`sl_chk_`, `sl_adm_`, `sl_op_`). The console generates it in
+//! the browser (WASM, from the browser's cryptographic RNG), shows it once, and sends only its
+//! SHA-256 and its display prefix: the server never sees a plaintext key.
+
+mod view;
+
+use leptos::prelude::*;
+use leptos::server_fn::codec::Json;
+use sha2::{Digest, Sha256};
+
+pub use view::KeysPage;
 
 use serde::{Deserialize, Serialize};
+
+use crate::error::AppError;
 
 /// What a key may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -80,6 +92,133 @@ pub fn is_sha256_hex(hash: &str) -> bool {
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
+/// The lower-case hex SHA-256 of a key: what the server stores and looks keys up by.
+/// It runs on every check (the server hashes the presented key), so it allocates once.
+pub fn sha256_hex(key: &str) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let digest = Sha256::digest(key.as_bytes());
+    let mut out = String::with_capacity(2 * digest.len());
+    for byte in digest {
+        out.push(char::from(HEX[usize::from(byte >> 4)]));
+        out.push(char::from(HEX[usize::from(byte & 0x0f)]));
+    }
+    out
+}
+
+/// A freshly generated key: the plaintext (shown once), and what is sent to the server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GeneratedKey {
+    pub plaintext: String,
+    pub hash: String,
+    pub prefix: String,
+}
+
+impl GeneratedKey {
+    /// Builds a key of `kind` from 32 random bytes.
+    pub fn from_random(kind: KeyKind, random: &[u8; KEY_BYTES]) -> Self {
+        let plaintext = format_key(kind, random);
+        Self {
+            hash: sha256_hex(&plaintext),
+            prefix: display_prefix(&plaintext),
+            plaintext,
+        }
+    }
+
+    /// Generates a key of `kind` from the browser's cryptographic RNG.
+    #[cfg(feature = "hydrate")]
+    pub fn generate(kind: KeyKind) -> Result<Self, String> {
+        let mut random = [0_u8; KEY_BYTES];
+        let crypto = web_sys::window()
+            .ok_or("no browser window")?
+            .crypto()
+            .map_err(|_| "this browser offers no Web Crypto; use a current browser")?;
+        crypto
+            .get_random_values_with_u8_array(&mut random)
+            .map_err(|_| "the browser refused to generate random bytes")?;
+        if random.iter().all(|b| *b == 0) {
+            return Err("the browser's random generator returned zeros".into());
+        }
+        Ok(Self::from_random(kind, &random))
+    }
+
+    /// Keys are generated only in the browser.
+    #[cfg(not(feature = "hydrate"))]
+    pub fn generate(_kind: KeyKind) -> Result<Self, String> {
+        Err("keys are generated in the browser once the page is live".into())
+    }
+}
+
+/// A key as lists show it. The hash is not included: it is of no use to a person.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyInfo {
+    pub id: String,
+    pub kind: String,
+    pub name: String,
+    pub prefix: String,
+    pub created_at: i64,
+    pub expires_at: Option<i64>,
+    pub revoked_at: Option<i64>,
+    pub last_used_at: Option<i64>,
+    /// The key that replaced this one in a rotation.
+    pub replaced_by: Option<String>,
+}
+
+impl KeyInfo {
+    /// `live`, `revoked`, `expired`, or `grace` (rotated, still working until it expires).
+    pub fn state(&self, now_ms: i64) -> &'static str {
+        if self.revoked_at.is_some() {
+            "revoked"
+        } else if self.expires_at.is_some_and(|e| e <= now_ms) {
+            "expired"
+        } else if self.replaced_by.is_some() {
+            "grace"
+        } else {
+            "live"
+        }
+    }
+}
+
+/// A tenant's keys, newest first.
+#[server(prefix = "/api", endpoint = "keys/list", input = Json)]
+pub async fn list_keys(tenant: String) -> Result<Vec<KeyInfo>, AppError> {
+    crate::port::console()?.list_keys(&tenant).await
+}
+
+/// Registers a key the browser generated: only its hash and display prefix arrive here.
+#[server(prefix = "/api", endpoint = "keys/create", input = Json)]
+pub async fn create_key(
+    tenant: String,
+    kind: KeyKind,
+    name: String,
+    hash: String,
+    prefix: String,
+) -> Result<KeyInfo, AppError> {
+    crate::port::console()?
+        .create_key(&tenant, kind, &name, &hash, &prefix)
+        .await
+}
+
+/// Replaces a key with a new one (generated in the browser); the old one keeps working for
+/// `grace_seconds`.
+#[server(prefix = "/api", endpoint = "keys/rotate", input = Json)]
+pub async fn rotate_key(
+    tenant: String,
+    key: String,
+    hash: String,
+    prefix: String,
+    grace_seconds: u64,
+) -> Result<KeyInfo, AppError> {
+    crate::port::console()?
+        .rotate_key(&tenant, &key, &hash, &prefix, grace_seconds)
+        .await
+}
+
+/// Revokes a key at once.
+#[server(prefix = "/api", endpoint = "keys/revoke", input = Json)]
+pub async fn revoke_key(tenant: String, key: String) -> Result<KeyInfo, AppError> {
+    crate::port::console()?.revoke_key(&tenant, &key).await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -104,5 +243,42 @@ mod tests {
         assert!(is_sha256_hex(&"a1".repeat(32)));
         assert!(!is_sha256_hex(&"A1".repeat(32)));
         assert!(!is_sha256_hex("abc"));
+    }
+
+    #[test]
+    fn generated_keys_send_the_sha256_and_a_short_prefix() {
+        // Known answer: SHA-256 of "abc".
+        assert_eq!(
+            sha256_hex("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        let key = GeneratedKey::from_random(KeyKind::Admin, &[7; 32]);
+        assert!(key.plaintext.starts_with("sl_adm_0707"));
+        assert_eq!(key.hash, sha256_hex(&key.plaintext));
+        assert!(is_sha256_hex(&key.hash));
+        assert_eq!(key.prefix, "sl_adm_07070");
+        assert!(!key.plaintext.contains(&key.hash) && key.plaintext.len() == 71);
+    }
+
+    #[test]
+    fn key_states_follow_revocation_rotation_and_expiry() {
+        let mut key = KeyInfo {
+            id: "k".into(),
+            kind: "check".into(),
+            name: "n".into(),
+            prefix: "sl_chk_00000".into(),
+            created_at: 0,
+            expires_at: None,
+            revoked_at: None,
+            last_used_at: None,
+            replaced_by: None,
+        };
+        assert_eq!(key.state(10), "live");
+        key.replaced_by = Some("k2".into());
+        key.expires_at = Some(20);
+        assert_eq!(key.state(10), "grace");
+        assert_eq!(key.state(20), "expired");
+        key.revoked_at = Some(5);
+        assert_eq!(key.state(10), "revoked");
     }
 }

@@ -24,6 +24,17 @@ pub enum MatchKind {
 }
 
 impl MatchKind {
+    pub const ALL: [MatchKind; 4] = [
+        MatchKind::Exact,
+        MatchKind::Prefix,
+        MatchKind::Default,
+        MatchKind::All,
+    ];
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|m| m.as_str() == s)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             MatchKind::Exact => "exact",
@@ -49,6 +60,12 @@ pub enum Scope {
 }
 
 impl Scope {
+    pub fn parse(s: &str) -> Option<Self> {
+        [Scope::Tenant, Scope::Subject]
+            .into_iter()
+            .find(|m| m.as_str() == s)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Scope::Tenant => "tenant",
@@ -69,6 +86,12 @@ pub enum FailureMode {
 }
 
 impl FailureMode {
+    pub fn parse(s: &str) -> Option<Self> {
+        [FailureMode::Closed, FailureMode::Open]
+            .into_iter()
+            .find(|m| m.as_str() == s)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             FailureMode::Closed => "closed",

@@ -142,7 +142,12 @@ impl MemoryBackend {
         let state_refs: Vec<Option<&State>> = states.iter().map(Option::as_ref).collect();
         let result = model::check_all(&inputs, &state_refs, now);
 
-        for (rule, write) in request.rules.iter().zip(result.writes) {
+        let writes = if request.dry_run {
+            Vec::new()
+        } else {
+            result.writes
+        };
+        for (rule, write) in request.rules.iter().zip(writes) {
             if let Some((state, ttl)) = write {
                 let g = position(self.shard_of(&rule.key), &guards);
                 let ttl = i64::try_from(ttl).unwrap_or(i64::MAX);

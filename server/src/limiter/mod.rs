@@ -93,6 +93,9 @@ pub struct CheckRequest {
     /// An explicit clock in Unix ms, for tests; `None` uses the backend's clock (Redis
     /// `TIME`, or this process's clock in-process).
     pub now_ms: Option<i64>,
+    /// Decide without writing anything: no consumption, no penalty, no idempotency record
+    /// (the console's and the admin API's simulate).
+    pub dry_run: bool,
 }
 
 /// The decision for one request.
@@ -133,6 +136,9 @@ impl CheckRequest {
 
     fn validate(&self) -> Result<(), LimiterError> {
         let invalid = |m: String| Err(LimiterError::Invalid(m));
+        if self.dry_run && self.request_id.is_some() {
+            return invalid("a dry run takes no request_id".into());
+        }
         if self.rules.is_empty() || self.rules.len() > MAX_RULES {
             return invalid(format!(
                 "a check takes 1 to {MAX_RULES} rules, not {}",

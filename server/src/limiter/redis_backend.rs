@@ -187,8 +187,11 @@ fn add_script_args(cmd: &mut redis::Cmd, request: &CheckRequest) {
         Some(now) => cmd.arg(now),
         None => cmd.arg(""),
     };
-    let dedup_ttl = if request.request_id.is_some() {
-        REQUEST_ID_TTL.as_millis() as u64
+    // The script reads a negative TTL as a dry run (validation forbids a request_id then).
+    let dedup_ttl: i64 = if request.dry_run {
+        -1
+    } else if request.request_id.is_some() {
+        REQUEST_ID_TTL.as_millis() as i64
     } else {
         0
     };

@@ -1,5 +1,6 @@
 //! The audit trail: who changed what, and when.
 
+use app::audit::AuditFilter;
 use serde::Serialize;
 
 use super::{now_ms, with_pool, Db, StoreError};
@@ -36,22 +37,64 @@ pub async fn record(
     Ok(())
 }
 
-/// The newest events first, of one tenant or (`None`) of the whole platform.
+/// The newest events first, of one tenant or (`None`) of the whole platform, narrowed by
+/// `filter` (exact actor, exact action, a time range); at most `limit`.
 pub async fn list(
     db: &Db,
     tenant_id: Option<&str>,
+    filter: &AuditFilter,
     limit: i64,
 ) -> Result<Vec<AuditEvent>, StoreError> {
-    let columns = "id, tenant_id, actor, action, target, detail, at";
-    let events = with_pool!(db, pool => match tenant_id {
-        Some(t) => {
-            let sql = format!("SELECT {columns} FROM audit_events WHERE tenant_id = $1 ORDER BY id DESC LIMIT $2");
-            sqlx::query_as::<_, AuditEvent>(&sql).bind(t).bind(limit).fetch_all(pool).await?
+    // Placeholders are numbered in the order their values are bound below.
+    let mut conditions = Vec::new();
+    let mut n = 0;
+    let mut next = || {
+        n += 1;
+        format!("${n}")
+    };
+    if tenant_id.is_some() {
+        conditions.push(format!("tenant_id = {}", next()));
+    }
+    if filter.actor.is_some() {
+        conditions.push(format!("actor = {}", next()));
+    }
+    if filter.action.is_some() {
+        conditions.push(format!("action = {}", next()));
+    }
+    if filter.since_ms.is_some() {
+        conditions.push(format!("at >= {}", next()));
+    }
+    if filter.until_ms.is_some() {
+        conditions.push(format!("at <= {}", next()));
+    }
+    let limit_param = next();
+    let where_clause = if conditions.is_empty() {
+        String::new()
+    } else {
+        format!("WHERE {}", conditions.join(" AND "))
+    };
+    let sql = format!(
+        "SELECT id, tenant_id, actor, action, target, detail, at FROM audit_events \
+         {where_clause} ORDER BY id DESC LIMIT {limit_param}"
+    );
+    let events = with_pool!(db, pool => {
+        let mut query = sqlx::query_as::<_, AuditEvent>(&sql);
+        if let Some(t) = tenant_id {
+            query = query.bind(t);
         }
-        None => {
-            let sql = format!("SELECT {columns} FROM audit_events ORDER BY id DESC LIMIT $1");
-            sqlx::query_as::<_, AuditEvent>(&sql).bind(limit).fetch_all(pool).await?
+        if let Some(actor) = &filter.actor {
+            query = query.bind(actor);
         }
+        if let Some(action) = &filter.action {
+            query = query.bind(action);
+        }
+        if let Some(since) = filter.since_ms {
+            query = query.bind(since);
+        }
+        if let Some(until) = filter.until_ms {
+            query = query.bind(until);
+        }
+        query.bind(limit).fetch_all(pool).await?
     });
     Ok(events)
 }

@@ -45,6 +45,7 @@ fn request(tenant: &str, rules: Vec<RuleCheck>, now: Option<i64>) -> CheckReques
         rules,
         request_id: None,
         now_ms: now,
+        dry_run: false,
     }
 }
 
@@ -184,6 +185,7 @@ on_every_backend!(
     multi_rule_checks_consume_all_or_nothing,
     shadow_rules_report_but_never_block,
     invalid_checks_are_refused_without_touching_state,
+    a_dry_run_decides_like_a_check_and_writes_nothing,
 );
 
 /// A spec for each algorithm with the given limit and period (burst = limit).
@@ -347,6 +349,66 @@ async fn a_denial_without_penalty_writes_nothing(b: &Backend) {
         if let (Some(before), Some(after)) = (ttl_before, b.pttl(key).await) {
             assert!(after <= before, "{spec:?}: a denial extended the TTL");
         }
+    }
+}
+
+async fn a_dry_run_decides_like_a_check_and_writes_nothing(b: &Backend) {
+    let t = tenant();
+    for spec in specs(4, 10_000) {
+        // With penalty, so that even a denial would write if the dry run were not dry.
+        let spec = LimitSpec {
+            penalty: true,
+            ..spec
+        };
+        let r = |cost| vec![rule(&t, spec.algorithm.as_str(), spec, cost)];
+        let key = &r(1)[0].key;
+        let dry = |cost, now| CheckRequest {
+            dry_run: true,
+            ..request(&t, r(cost), Some(now))
+        };
+        // On a key that does not exist, nothing is created.
+        let out = b.check(&dry(1, T0)).await;
+        assert!(out.allowed, "{spec:?}");
+        assert_eq!(
+            b.snapshot(key).await,
+            None,
+            "{spec:?}: a dry run created the key"
+        );
+
+        assert!(b.check(&request(&t, r(3), Some(T0))).await.allowed);
+        let before = b.snapshot(key).await;
+        for (cost, now) in [(1, T0 + 1), (2, T0 + 1), (3, T0 + 2)] {
+            let simulated = b.check(&dry(cost, now)).await;
+            assert_eq!(
+                b.snapshot(key).await,
+                before,
+                "{spec:?}: a dry run of cost {cost} changed the state"
+            );
+            // The same check for real decides exactly as the dry run said, then is undone by
+            // using a fresh key for the next round.
+            let real_key = format!("{key}-real-{cost}");
+            let copy = vec![RuleCheck {
+                key: real_key.clone(),
+                ..r(3)[0].clone()
+            }];
+            assert!(b.check(&request(&t, copy, Some(T0))).await.allowed);
+            let real = vec![RuleCheck {
+                key: real_key,
+                ..r(cost)[0].clone()
+            }];
+            let real = b.check(&request(&t, real, Some(now))).await;
+            assert_eq!(simulated.allowed, real.allowed, "{spec:?} cost {cost}");
+            assert_eq!(simulated.decisions, real.decisions, "{spec:?} cost {cost}");
+        }
+        // A dry run cannot carry a request_id (it would record an answer).
+        let with_id = CheckRequest {
+            request_id: Some("r1".into()),
+            ..dry(1, T0 + 3)
+        };
+        assert!(matches!(
+            b.limiter.check(&with_id).await,
+            Err(LimiterError::Invalid(_))
+        ));
     }
 }
 

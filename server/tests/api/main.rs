@@ -9,6 +9,7 @@ mod helpers;
 mod services;
 
 mod check_api;
+mod console_admin;
 mod console_auth;
 mod harness;
 mod health;

@@ -293,6 +293,40 @@ async fn every_documented_operation_is_exercised_and_answers_a_documented_status
     .await;
     w.call("GET", "/v1/admin/audit", "/v1/admin/audit", Some(&op), None)
         .await;
+    w.call(
+        "GET",
+        "/v1/admin/audit",
+        "/v1/admin/audit?action=tenant.suspend&since_ms=0",
+        Some(&op),
+        None,
+    )
+    .await;
+    w.call(
+        "GET",
+        "/v1/admin/tenants/{tenant}/audit",
+        &format!("/v1/admin/tenants/{t}/audit?since_ms=yesterday"),
+        Some(&admin),
+        None,
+    )
+    .await; // 400
+    let simulate = "/v1/admin/tenants/{tenant}/simulate";
+    let simulate_path = format!("/v1/admin/tenants/{t}/simulate");
+    w.call(
+        "POST",
+        simulate,
+        &simulate_path,
+        Some(&admin),
+        Some(json!({ "route": "GET /", "cost": 1 })),
+    )
+    .await;
+    w.call(
+        "POST",
+        simulate,
+        &simulate_path,
+        Some(&admin),
+        Some(json!({ "route": "" })),
+    )
+    .await; // 400
     w.call("DELETE", one_rule, &rule_path, Some(&admin), None)
         .await;
     w.call("DELETE", one_rule, &rule_path, Some(&admin), None)
@@ -314,7 +348,7 @@ async fn every_documented_operation_is_exercised_and_answers_a_documented_status
             );
         }
     }
-    assert_eq!(operations, 18);
+    assert_eq!(operations, 19);
     // ... and every answer is documented for its operation.
     for (method, template, status) in &w.calls {
         let responses = &paths[template.as_str()][method.as_str()]["responses"];

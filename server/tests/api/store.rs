@@ -1,5 +1,6 @@
 //! The store suite: every test runs on SQLite and on PostgreSQL.
 
+use app::audit::AuditFilter;
 use app::keys::KeyKind;
 use app::rules::{Algorithm, FailureMode, MatchKind, RuleBody, Scope};
 use sluice::store::keys::NewKey;
@@ -276,12 +277,53 @@ async fn audit_events_list_newest_first_per_tenant(db: &Db) {
     audit::record(db, None, "cli", "key.create", None, &serde_json::json!({}))
         .await
         .unwrap();
-    let events = audit::list(db, Some(&a.id), 10).await.unwrap();
+    let any = AuditFilter::default();
+    let events = audit::list(db, Some(&a.id), &any, 10).await.unwrap();
     let actions: Vec<&str> = events.iter().map(|e| e.action.as_str()).collect();
     assert_eq!(actions, ["rule.update", "rule.create"]);
     assert_eq!(events[0].detail, r#"{"n":1}"#);
-    assert_eq!(audit::list(db, None, 10).await.unwrap().len(), 3);
-    assert_eq!(audit::list(db, None, 1).await.unwrap().len(), 1);
+    assert_eq!(audit::list(db, None, &any, 10).await.unwrap().len(), 3);
+    assert_eq!(audit::list(db, None, &any, 1).await.unwrap().len(), 1);
+
+    // Filters: exact actor, exact action, and an inclusive time range, combined.
+    let count = |filter: AuditFilter, tenant: Option<String>| async move {
+        audit::list(db, tenant.as_deref(), &filter, 10)
+            .await
+            .unwrap()
+            .len()
+    };
+    let by = |actor: &str| AuditFilter {
+        actor: Some(actor.into()),
+        ..AuditFilter::default()
+    };
+    assert_eq!(count(by("cli"), None).await, 1);
+    assert_eq!(count(by("cli"), Some(a.id.clone())).await, 0);
+    assert_eq!(count(by("key:sl_adm_x"), None).await, 2);
+    assert_eq!(
+        count(by("key:sl_adm"), None).await,
+        0,
+        "actors match exactly"
+    );
+    let action = AuditFilter {
+        action: Some("rule.update".into()),
+        ..by("key:sl_adm_x")
+    };
+    assert_eq!(count(action, Some(a.id.clone())).await, 1);
+    let at = events[0].at;
+    let range = |since_ms, until_ms| AuditFilter {
+        since_ms,
+        until_ms,
+        ..AuditFilter::default()
+    };
+    assert_eq!(
+        count(range(Some(at), Some(at)), Some(a.id.clone())).await,
+        events.iter().filter(|e| e.at == at).count()
+    );
+    assert_eq!(
+        count(range(Some(at + 1), None), Some(a.id.clone())).await,
+        0
+    );
+    assert_eq!(count(range(None, Some(at - 100_000)), None).await, 0);
 }
 
 async fn users_are_unique_by_email_and_tied_to_their_role(db: &Db) {

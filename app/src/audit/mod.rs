@@ -1,0 +1,85 @@
+//! The audit log: who changed what and when, filterable by actor, action and time. A tenant
+//! admin sees their own tenant's events only; operators also see the whole platform's.
+
+mod view;
+
+use leptos::prelude::*;
+use leptos::server_fn::codec::Json;
+use serde::{Deserialize, Serialize};
+
+use crate::error::AppError;
+
+pub use view::{PlatformAuditPage, TenantAuditPage};
+
+/// Every action the audit log records.
+pub const ACTIONS: [&str; 10] = [
+    "tenant.create",
+    "tenant.suspend",
+    "tenant.resume",
+    "user.create",
+    "rule.create",
+    "rule.update",
+    "rule.delete",
+    "key.create",
+    "key.rotate",
+    "key.revoke",
+];
+
+/// One recorded change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditEntry {
+    pub id: i64,
+    pub tenant_id: Option<String>,
+    /// `user:<email>` for console users, `key:<prefix>` for API keys, `cli` for the host.
+    pub actor: String,
+    pub action: String,
+    pub target: Option<String>,
+    /// JSON text with the details of the change.
+    pub detail: String,
+    pub at: i64,
+}
+
+/// Which events to list; every field narrows the list, `None` does not filter.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditFilter {
+    /// The exact actor, e.g. `user:ops@example.com`.
+    #[serde(default)]
+    pub actor: Option<String>,
+    /// The exact action, e.g. `key.revoke`.
+    #[serde(default)]
+    pub action: Option<String>,
+    /// Events at or after this Unix time (ms).
+    #[serde(default)]
+    pub since_ms: Option<i64>,
+    /// Events at or before this Unix time (ms).
+    #[serde(default)]
+    pub until_ms: Option<i64>,
+}
+
+impl AuditFilter {
+    /// Drops empty strings, so a blank form field means "any".
+    pub fn normalized(mut self) -> Self {
+        let blank = |s: &Option<String>| s.as_deref().is_none_or(|s| s.trim().is_empty());
+        if blank(&self.actor) {
+            self.actor = None;
+        }
+        if blank(&self.action) {
+            self.action = None;
+        }
+        self.actor = self.actor.map(|s| s.trim().to_owned());
+        self.action = self.action.map(|s| s.trim().to_owned());
+        self
+    }
+}
+
+/// A tenant's events, or (with `tenant: None`, operators only) the whole platform's; newest
+/// first, at most 500.
+#[server(prefix = "/api", endpoint = "audit/list", input = Json)]
+pub async fn list_audit(
+    tenant: Option<String>,
+    filter: AuditFilter,
+) -> Result<Vec<AuditEntry>, AppError> {
+    crate::port::console()?
+        .audit(tenant.as_deref(), filter.normalized())
+        .await
+}

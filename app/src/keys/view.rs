@@ -1,0 +1,288 @@
+//! The keys page: keys generated and hashed in the browser, shown once; the list; rotation
+//! with a grace period; revocation.
+
+use leptos::ev::SubmitEvent;
+use leptos::prelude::*;
+
+use super::{CreateKey, GeneratedKey, KeyInfo, KeyKind, RevokeKey, RotateKey};
+use crate::tenants::TenantTabs;
+use crate::ui::{format_maybe, format_utc, use_tenant, ConfirmButton, ErrorNote};
+
+/// The default grace period of a rotation: one hour.
+const DEFAULT_GRACE_SECONDS: u64 = 3600;
+
+/// A key that was just generated, kept in the page only until it is dismissed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Reveal {
+    plaintext: String,
+    what: String,
+}
+
+/// A tenant's keys.
+#[component]
+pub fn KeysPage() -> impl IntoView {
+    let tenant = use_tenant();
+    let create = ServerAction::<CreateKey>::new();
+    let rotate = ServerAction::<RotateKey>::new();
+    let revoke = ServerAction::<RevokeKey>::new();
+    let keys = Resource::new(
+        move || {
+            (
+                tenant.get(),
+                create.version().get(),
+                rotate.version().get(),
+                revoke.version().get(),
+            )
+        },
+        |(t, ..)| super::list_keys(t),
+    );
+    // The plaintext of the newest key: generated here, never sent, shown until dismissed.
+    let reveal = RwSignal::new(None::<Reveal>);
+    let pending = RwSignal::new(None::<Reveal>);
+    let (local_error, set_local_error) = signal(None::<String>);
+    // Show a key only once the server has registered its hash; forget it if that failed.
+    let settle = move |registered: bool| {
+        if let Some(p) = pending.get_untracked() {
+            if registered {
+                reveal.set(Some(p));
+            }
+            pending.set(None);
+        }
+    };
+    Effect::new(move |_| {
+        if let Some(r) = create.value().get() {
+            settle(r.is_ok());
+        }
+    });
+    Effect::new(move |_| {
+        if let Some(r) = rotate.value().get() {
+            settle(r.is_ok());
+        }
+    });
+
+    let (kind, set_kind) = signal(KeyKind::Check);
+    let (name, set_name) = signal(String::new());
+    let on_create = move |ev: SubmitEvent| {
+        ev.prevent_default();
+        set_local_error.set(None);
+        match GeneratedKey::generate(kind.get_untracked()) {
+            Ok(key) => {
+                pending.set(Some(Reveal {
+                    plaintext: key.plaintext.clone(),
+                    what: format!(
+                        "{} key {}",
+                        kind.get_untracked().as_str(),
+                        name.get_untracked()
+                    ),
+                }));
+                reveal.set(None);
+                create.dispatch(CreateKey {
+                    tenant: tenant.get_untracked(),
+                    kind: kind.get_untracked(),
+                    name: name.get_untracked(),
+                    hash: key.hash,
+                    prefix: key.prefix,
+                });
+            }
+            Err(e) => set_local_error.set(Some(e)),
+        }
+    };
+    let on_rotate = Callback::new(move |(key, grace_seconds): (KeyInfo, u64)| {
+        set_local_error.set(None);
+        let Some(kind) = KeyKind::parse(&key.kind) else {
+            return;
+        };
+        match GeneratedKey::generate(kind) {
+            Ok(new) => {
+                pending.set(Some(Reveal {
+                    plaintext: new.plaintext.clone(),
+                    what: format!("replacement for {} ({})", key.name, key.prefix),
+                }));
+                reveal.set(None);
+                rotate.dispatch(RotateKey {
+                    tenant: tenant.get_untracked(),
+                    key: key.id.clone(),
+                    hash: new.hash,
+                    prefix: new.prefix,
+                    grace_seconds,
+                });
+            }
+            Err(e) => set_local_error.set(Some(e)),
+        }
+    });
+
+    view! {
+        <TenantTabs tenant=tenant current="keys"/>
+        <section class="card" aria-labelledby="new-key-title">
+            <h2 id="new-key-title">"Create a key"</h2>
+            <p class="muted">
+                "The key is generated in your browser and shown once. Only its SHA-256 and its first 12 characters are sent to the server."
+            </p>
+            <form on:submit=on_create data-testid="key-form">
+                <label for="key-kind">"Kind"</label>
+                <select id="key-kind" on:change=move |ev| set_kind.set(KeyKind::parse(&event_target_value(&ev)).unwrap_or(KeyKind::Check))>
+                    <option value="check">"check: for /v1/check"</option>
+                    <option value="admin">"admin: for /v1/admin, this tenant only"</option>
+                </select>
+                <label for="key-name">"Name"</label>
+                <input id="key-name" required maxlength="100" autocomplete="off" placeholder="payments-service"
+                    prop:value=name on:input=move |ev| set_name.set(event_target_value(&ev))/>
+                <button type="submit" data-testid="create-key" disabled=move || create.pending().get()>"Generate key"</button>
+            </form>
+            {move || local_error.get().map(|e| view! { <p class="error" role="alert">{e}</p> })}
+            {move || create.value().get().and_then(Result::err).map(|e| view! { <ErrorNote error=e/> })}
+            {move || rotate.value().get().and_then(Result::err).map(|e| view! { <ErrorNote error=e/> })}
+            {move || reveal.get().map(|r| view! { <RevealBox reveal=r on_dismiss=Callback::new(move |()| reveal.set(None))/> })}
+        </section>
+        <section class="card" aria-labelledby="keys-title">
+            <h2 id="keys-title">"Keys"</h2>
+            <Transition fallback=|| view! { <p class="muted">"Loading keys…"</p> }>
+                {move || keys.get().map(|reading| match reading {
+                    Err(e) => view! { <ErrorNote error=e/> }.into_any(),
+                    Ok(list) if list.is_empty() => view! { <p class="muted" data-testid="no-keys">"No keys yet."</p> }.into_any(),
+                    Ok(list) => {
+                        let now = list.iter().map(|k| k.created_at).max().unwrap_or(0).max(now_ms());
+                        view! {
+                            <table class="grid" data-testid="keys-table">
+                                <thead><tr>
+                                    <th scope="col">"Name"</th><th scope="col">"Key"</th><th scope="col">"Kind"</th>
+                                    <th scope="col">"Created (UTC)"</th><th scope="col">"Expires"</th>
+                                    <th scope="col">"Last used"</th><th scope="col">"State"</th><th scope="col">"Actions"</th>
+                                </tr></thead>
+                                <tbody>
+                                    {list.into_iter().map(|k| view! { <KeyRow key=k now=now on_rotate=on_rotate revoke=revoke tenant=tenant/> }).collect_view()}
+                                </tbody>
+                            </table>
+                        }.into_any()
+                    }
+                })}
+            </Transition>
+            {move || revoke.value().get().and_then(Result::err).map(|e| view! { <ErrorNote error=e/> })}
+        </section>
+    }
+}
+
+/// The current time in Unix ms, in the browser or on the server.
+fn now_ms() -> i64 {
+    #[cfg(feature = "hydrate")]
+    {
+        js_sys::Date::now() as i64
+    }
+    #[cfg(not(feature = "hydrate"))]
+    {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64)
+    }
+}
+
+#[component]
+fn KeyRow(
+    key: KeyInfo,
+    now: i64,
+    on_rotate: Callback<(KeyInfo, u64)>,
+    revoke: ServerAction<RevokeKey>,
+    tenant: Memo<String>,
+) -> impl IntoView {
+    let state = key.state(now);
+    let usable = matches!(state, "live");
+    let (rotating, set_rotating) = signal(false);
+    let (grace, set_grace) = signal(DEFAULT_GRACE_SECONDS.to_string());
+    let grace_problem = move || {
+        grace
+            .get()
+            .trim()
+            .parse::<u64>()
+            .err()
+            .map(|_| "a whole number of seconds".to_owned())
+    };
+    let on_rotate_submit = {
+        let key = key.clone();
+        move |ev: SubmitEvent| {
+            ev.prevent_default();
+            if let Ok(seconds) = grace.get_untracked().trim().parse::<u64>() {
+                set_rotating.set(false);
+                on_rotate.run((key.clone(), seconds));
+            }
+        }
+    };
+    let revoke_it = Callback::new({
+        let id = key.id.clone();
+        move |()| {
+            revoke.dispatch(RevokeKey {
+                tenant: tenant.get_untracked(),
+                key: id.clone(),
+            });
+        }
+    });
+    let expires = match (state, key.expires_at) {
+        ("grace", Some(at)) => format!("{} (grace)", format_utc(at)),
+        (_, at) => format_maybe(at),
+    };
+    view! {
+        <tr data-testid="key-row" data-prefix=key.prefix.clone() data-state=state>
+            <td>{key.name.clone()}</td>
+            <td><code>{format!("{}…", key.prefix)}</code></td>
+            <td>{key.kind.clone()}</td>
+            <td>{format_utc(key.created_at)}</td>
+            <td>{expires}</td>
+            <td>{format_maybe(key.last_used_at)}</td>
+            <td><span class="badge" class:bad={!matches!(state, "live" | "grace")}>{state}</span></td>
+            <td class="links">
+                {move || match (usable, rotating.get()) {
+                    (false, _) => None,
+                    (true, false) => Some(view! {
+                        <button type="button" class="secondary" data-testid="rotate" on:click=move |_| set_rotating.set(true)>"Rotate"</button>
+                    }.into_any()),
+                    (true, true) => Some(view! {
+                        <form class="inline-form" on:submit=on_rotate_submit.clone()>
+                            <label>"Old key works for "
+                                <input class="short" inputmode="numeric" data-testid="grace-seconds" aria-label="Grace period in seconds"
+                                    prop:value=grace on:input=move |ev| set_grace.set(event_target_value(&ev))/>
+                                " s"</label>
+                            <button type="submit" data-testid="rotate-confirm" disabled=move || grace_problem().is_some()>"Rotate now"</button>
+                            <button type="button" class="secondary" on:click=move |_| set_rotating.set(false)>"Cancel"</button>
+                        </form>
+                    }.into_any()),
+                }}
+                <Show when=move || state != "revoked">
+                    <ConfirmButton label="Revoke".into() question="Revoke it? It stops working at once.".into()
+                        on_confirm=revoke_it danger=true testid="revoke"/>
+                </Show>
+            </td>
+        </tr>
+    }
+}
+
+/// Shows a new key once, with a copy button.
+#[component]
+fn RevealBox(reveal: Reveal, on_dismiss: Callback<()>) -> impl IntoView {
+    let (copied, set_copied) = signal(false);
+    let plaintext = reveal.plaintext.clone();
+    let copy = move |_| {
+        #[cfg(feature = "hydrate")]
+        {
+            if let Some(window) = web_sys::window() {
+                let _ = window.navigator().clipboard().write_text(&plaintext);
+                set_copied.set(true);
+            }
+        }
+        #[cfg(not(feature = "hydrate"))]
+        {
+            let _ = (&plaintext, set_copied);
+        }
+    };
+    view! {
+        <div class="reveal" role="status" data-testid="new-key">
+            <p><strong>"Your new " {reveal.what.clone()}</strong>
+                " — copy it now. It is not stored anywhere and will not be shown again."</p>
+            <p><code class="key" data-testid="new-key-value">{reveal.plaintext.clone()}</code></p>
+            <p class="actions">
+                <button type="button" data-testid="copy-key" on:click=copy>
+                    {move || if copied.get() { "Copied" } else { "Copy" }}
+                </button>
+                <button type="button" class="secondary" on:click=move |_| on_dismiss.run(())>"I have stored it"</button>
+            </p>
+        </div>
+    }
+}

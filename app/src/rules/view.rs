@@ -1,0 +1,561 @@
+//! The rules page: the list with its shadow and fail-mode toggles, the form that validates
+//! as you type (with the same [`RuleBody::problems`] the server runs), and the behaviour
+//! preview.
+
+use leptos::ev::SubmitEvent;
+use leptos::prelude::*;
+
+use super::preview::{self, Shape, Traffic};
+use super::{
+    Algorithm, DeleteRule, FailureMode, FieldError, MatchKind, RuleBody, RuleInfo, SaveRule, Scope,
+};
+use crate::tenants::TenantTabs;
+use crate::ui::{use_tenant, ConfirmButton, ErrorNote};
+
+/// Period units offered by the form, with their length in ms.
+const UNITS: [(&str, u64); 5] = [
+    ("ms", 1),
+    ("seconds", 1000),
+    ("minutes", 60_000),
+    ("hours", 3_600_000),
+    ("days", 86_400_000),
+];
+
+/// The largest unit that divides `period_ms` exactly.
+fn largest_unit(period_ms: u64) -> (&'static str, u64) {
+    UNITS
+        .iter()
+        .rev()
+        .find(|(_, size)| period_ms.is_multiple_of(*size))
+        .copied()
+        .unwrap_or(UNITS[0])
+}
+
+/// `10 / 1 s` style text for a limit and period.
+pub fn describe_rate(limit: u64, period_ms: u64) -> String {
+    let (unit, size) = largest_unit(period_ms);
+    let short = match unit {
+        "seconds" => "s",
+        "minutes" => "min",
+        "hours" => "h",
+        "days" => "d",
+        other => other,
+    };
+    format!("{limit} / {} {short}", period_ms / size)
+}
+
+/// The form's fields, as typed.
+#[derive(Debug, Clone, Copy)]
+struct RuleForm {
+    editing: RwSignal<Option<String>>,
+    name: RwSignal<String>,
+    match_kind: RwSignal<String>,
+    route: RwSignal<String>,
+    scope: RwSignal<String>,
+    algorithm: RwSignal<String>,
+    limit: RwSignal<String>,
+    period: RwSignal<String>,
+    unit: RwSignal<u64>,
+    burst: RwSignal<String>,
+    penalty: RwSignal<bool>,
+    failure_mode: RwSignal<String>,
+    shadow: RwSignal<bool>,
+    enabled: RwSignal<bool>,
+}
+
+fn whole(field: &str, text: &str) -> Result<u64, FieldError> {
+    text.trim()
+        .parse::<u64>()
+        .map_err(|_| FieldError::new(field, "must be a whole number"))
+}
+
+impl RuleForm {
+    fn new() -> Self {
+        let form = Self {
+            editing: RwSignal::new(None),
+            name: RwSignal::new(String::new()),
+            match_kind: RwSignal::new("exact".into()),
+            route: RwSignal::new(String::new()),
+            scope: RwSignal::new("tenant".into()),
+            algorithm: RwSignal::new("token_bucket".into()),
+            limit: RwSignal::new("10".into()),
+            period: RwSignal::new("1".into()),
+            unit: RwSignal::new(1000),
+            burst: RwSignal::new(String::new()),
+            penalty: RwSignal::new(false),
+            failure_mode: RwSignal::new("closed".into()),
+            shadow: RwSignal::new(false),
+            enabled: RwSignal::new(true),
+        };
+        form.reset();
+        form
+    }
+
+    fn reset(&self) {
+        self.editing.set(None);
+        self.name.set(String::new());
+        self.match_kind.set("exact".into());
+        self.route.set(String::new());
+        self.scope.set("tenant".into());
+        self.algorithm.set("token_bucket".into());
+        self.limit.set("10".into());
+        self.period.set("1".into());
+        self.unit.set(1000);
+        self.burst.set(String::new());
+        self.penalty.set(false);
+        self.failure_mode.set("closed".into());
+        self.shadow.set(false);
+        self.enabled.set(true);
+    }
+
+    fn load(&self, rule: &RuleInfo) {
+        let b = &rule.body;
+        self.editing.set(Some(rule.id.clone()));
+        self.name.set(b.name.clone());
+        self.match_kind.set(b.match_kind.as_str().into());
+        self.route.set(b.route.clone().unwrap_or_default());
+        self.scope.set(b.scope.as_str().into());
+        self.algorithm.set(b.algorithm.as_str().into());
+        self.limit.set(b.limit.to_string());
+        let (_, size) = largest_unit(b.period_ms);
+        self.period.set((b.period_ms / size).to_string());
+        self.unit.set(size);
+        self.burst
+            .set(b.burst.map(|x| x.to_string()).unwrap_or_default());
+        self.penalty.set(b.penalty);
+        self.failure_mode.set(b.failure_mode.as_str().into());
+        self.shadow.set(b.shadow);
+        self.enabled.set(b.enabled);
+    }
+
+    /// The rule the fields describe, or every problem with them (tracked: re-run as you type).
+    fn body(&self) -> Result<RuleBody, Vec<FieldError>> {
+        let mut problems = Vec::new();
+        let match_kind = MatchKind::parse(&self.match_kind.get()).unwrap_or(MatchKind::Exact);
+        let scope = Scope::parse(&self.scope.get()).unwrap_or(Scope::Tenant);
+        let algorithm = self
+            .algorithm
+            .get()
+            .parse::<Algorithm>()
+            .unwrap_or(Algorithm::TokenBucket);
+        let failure_mode = FailureMode::parse(&self.failure_mode.get()).unwrap_or_default();
+        let limit = whole("limit", &self.limit.get()).unwrap_or_else(|e| {
+            problems.push(e);
+            1
+        });
+        let period_ms = whole("period_ms", &self.period.get())
+            .map(|p| p.saturating_mul(self.unit.get()))
+            .unwrap_or_else(|e| {
+                problems.push(e);
+                1000
+            });
+        let burst_text = self.burst.get();
+        let burst = if burst_text.trim().is_empty() {
+            None
+        } else {
+            match whole("burst", &burst_text) {
+                Ok(b) => Some(b),
+                Err(e) => {
+                    problems.push(e);
+                    None
+                }
+            }
+        };
+        let route = self.route.get();
+        let body = RuleBody {
+            name: self.name.get().trim().to_owned(),
+            match_kind,
+            route: (match_kind.needs_route() || !route.is_empty()).then_some(route),
+            scope,
+            algorithm,
+            limit,
+            period_ms,
+            burst,
+            penalty: self.penalty.get(),
+            failure_mode,
+            shadow: self.shadow.get(),
+            enabled: self.enabled.get(),
+        };
+        for p in body.problems() {
+            if !problems.iter().any(|q| q.field == p.field) {
+                problems.push(p);
+            }
+        }
+        if problems.is_empty() {
+            Ok(body)
+        } else {
+            Err(problems)
+        }
+    }
+}
+
+/// A tenant's rules.
+#[component]
+pub fn RulesPage() -> impl IntoView {
+    let tenant = use_tenant();
+    let save = ServerAction::<SaveRule>::new();
+    // The list's own switches: saving one must not reset a form being filled in.
+    let toggle = ServerAction::<SaveRule>::new();
+    let delete = ServerAction::<DeleteRule>::new();
+    let rules = Resource::new(
+        move || {
+            (
+                tenant.get(),
+                save.version().get(),
+                toggle.version().get(),
+                delete.version().get(),
+            )
+        },
+        |(t, ..)| super::list_rules(t),
+    );
+    let form = RuleForm::new();
+
+    view! {
+        <TenantTabs tenant=tenant current="rules"/>
+        <section class="card" aria-labelledby="rules-title">
+            <h2 id="rules-title">"Rules"</h2>
+            <Transition fallback=|| view! { <p class="muted">"Loading rules…"</p> }>
+                {move || rules.get().map(|reading| match reading {
+                    Err(e) => view! { <ErrorNote error=e/> }.into_any(),
+                    Ok(list) if list.is_empty() => view! {
+                        <p class="muted" data-testid="no-rules">"No rules yet: every check is allowed. Create one below."</p>
+                    }.into_any(),
+                    Ok(list) => view! {
+                        <table class="grid" data-testid="rules-table">
+                            <thead><tr>
+                                <th scope="col">"Name"</th><th scope="col">"Applies to"</th><th scope="col">"Limit"</th>
+                                <th scope="col">"Shadow"</th><th scope="col">"If Redis is down"</th><th scope="col">"Actions"</th>
+                            </tr></thead>
+                            <tbody>
+                                {list.into_iter().map(|rule| view! {
+                                    <RuleRow rule=rule tenant=tenant save=toggle delete=delete form=form/>
+                                }).collect_view()}
+                            </tbody>
+                        </table>
+                    }.into_any(),
+                })}
+            </Transition>
+            {move || delete.value().get().and_then(Result::err).map(|e| view! { <ErrorNote error=e/> })}
+            {move || toggle.value().get().and_then(Result::err).map(|e| view! { <ErrorNote error=e/> })}
+        </section>
+        <RuleEditor tenant=tenant save=save form=form/>
+    }
+}
+
+#[component]
+fn RuleRow(
+    rule: RuleInfo,
+    tenant: Memo<String>,
+    save: ServerAction<SaveRule>,
+    delete: ServerAction<DeleteRule>,
+    form: RuleForm,
+) -> impl IntoView {
+    let b = rule.body.clone();
+    let applies = match (&b.route, b.match_kind) {
+        (Some(route), kind) => format!("{} {route}", kind.as_str()),
+        (None, kind) => kind.as_str().to_owned(),
+    };
+    let scope = if b.scope == Scope::Subject {
+        " per subject"
+    } else {
+        " for the tenant"
+    };
+    let burst = b
+        .burst
+        .filter(|_| b.algorithm.has_burst())
+        .map(|x| format!(", burst {x}"))
+        .unwrap_or_default();
+    let save_with = {
+        let rule = rule.clone();
+        move |change: &dyn Fn(&mut RuleBody)| {
+            let mut body = rule.body.clone();
+            change(&mut body);
+            save.dispatch(SaveRule {
+                tenant: tenant.get_untracked(),
+                id: Some(rule.id.clone()),
+                body,
+            });
+        }
+    };
+    let toggle_shadow = {
+        let save_with = save_with.clone();
+        move |_| save_with(&|b: &mut RuleBody| b.shadow = !b.shadow)
+    };
+    let toggle_failure = move |_| {
+        save_with(&|b: &mut RuleBody| {
+            b.failure_mode = match b.failure_mode {
+                FailureMode::Closed => FailureMode::Open,
+                FailureMode::Open => FailureMode::Closed,
+            }
+        })
+    };
+    let delete_it = Callback::new({
+        let id = rule.id.clone();
+        move |()| {
+            delete.dispatch(DeleteRule {
+                tenant: tenant.get_untracked(),
+                id: id.clone(),
+            });
+        }
+    });
+    let edit = {
+        let rule = rule.clone();
+        move |_| form.load(&rule)
+    };
+    let name = b.name.clone();
+    view! {
+        <tr data-testid="rule-row" data-name=name.clone()>
+            <td><strong>{name.clone()}</strong>{(!b.enabled).then_some(view! { " " <span class="badge bad">"disabled"</span> })}</td>
+            <td><code>{applies}</code>{scope}</td>
+            <td>{describe_rate(b.limit, b.period_ms)}{burst}<br/><span class="muted small">{b.algorithm.as_str()}</span></td>
+            <td>
+                <label class="switch">
+                    <input type="checkbox" data-testid="toggle-shadow" prop:checked=b.shadow on:change=toggle_shadow/>
+                    {if b.shadow { "shadow" } else { "enforced" }}
+                </label>
+            </td>
+            <td>
+                <button type="button" class="secondary" data-testid="toggle-failure" on:click=toggle_failure
+                    title="What a check answers when the limiter cannot decide">
+                    {format!("fail {}", b.failure_mode.as_str())}
+                </button>
+            </td>
+            <td class="links">
+                <button type="button" class="secondary" on:click=edit>"Edit"</button>
+                <ConfirmButton label="Delete".into() question=format!("Delete rule {name}?") on_confirm=delete_it danger=true testid="delete-rule"/>
+            </td>
+        </tr>
+    }
+}
+
+/// The rule form: create, or edit the rule chosen in the list.
+#[component]
+fn RuleEditor(tenant: Memo<String>, save: ServerAction<SaveRule>, form: RuleForm) -> impl IntoView {
+    let parsed = Memo::new(move |_| form.body());
+    let problem = move |field: &'static str| {
+        move || {
+            parsed.with(|p| {
+                p.as_ref()
+                    .err()
+                    .and_then(|ps| ps.iter().find(|e| e.field == field))
+                    .map(|e| e.message.clone())
+            })
+        }
+    };
+    Effect::new(move |_| {
+        if let Some(Ok(_)) = save.value().get() {
+            form.reset();
+        }
+    });
+    let on_submit = move |ev: SubmitEvent| {
+        ev.prevent_default();
+        if let Ok(body) = parsed.get_untracked() {
+            save.dispatch(SaveRule {
+                tenant: tenant.get_untracked(),
+                id: form.editing.get_untracked(),
+                body,
+            });
+        }
+    };
+    let text =
+        |signal: RwSignal<String>| move |ev: leptos::ev::Event| signal.set(event_target_value(&ev));
+    let has_burst = move || {
+        form.algorithm
+            .get()
+            .parse::<Algorithm>()
+            .is_ok_and(Algorithm::has_burst)
+    };
+
+    view! {
+        <section class="card" aria-labelledby="rule-form-title">
+            <h2 id="rule-form-title">
+                {move || if form.editing.get().is_some() { "Edit rule" } else { "Create a rule" }}
+            </h2>
+            <form class="wide" on:submit=on_submit data-testid="rule-form">
+                <div class="fields">
+                    <label for="rule-name">"Name"</label>
+                    <input id="rule-name" autocomplete="off" placeholder="payments-per-user"
+                        prop:value=form.name on:input=text(form.name)/>
+                    <span class="field-error" data-testid="problem-name">{problem("name")}</span>
+
+                    <label for="rule-match">"Applies to"</label>
+                    <select id="rule-match" prop:value=form.match_kind on:change=text(form.match_kind)>
+                        <option value="exact">"exactly this route"</option>
+                        <option value="prefix">"routes starting with"</option>
+                        <option value="default">"routes no other rule matches"</option>
+                        <option value="all">"every check (tenant-wide)"</option>
+                    </select>
+                    <span></span>
+
+                    <label for="rule-route">"Route"</label>
+                    <input id="rule-route" autocomplete="off" placeholder="POST /payments"
+                        prop:disabled=move || !MatchKind::parse(&form.match_kind.get()).is_some_and(MatchKind::needs_route)
+                        prop:value=form.route on:input=text(form.route)/>
+                    <span class="field-error" data-testid="problem-route">{problem("route")}</span>
+
+                    <label for="rule-scope">"Counted"</label>
+                    <select id="rule-scope" prop:value=form.scope on:change=text(form.scope)>
+                        <option value="tenant">"for the whole tenant"</option>
+                        <option value="subject">"per subject (user, IP, …)"</option>
+                    </select>
+                    <span></span>
+
+                    <label for="rule-algorithm">"Algorithm"</label>
+                    <select id="rule-algorithm" prop:value=form.algorithm on:change=text(form.algorithm)>
+                        {Algorithm::ALL.into_iter().map(|a| view! { <option value=a.as_str()>{a.as_str()}</option> }).collect_view()}
+                    </select>
+                    <span class="field-error">{problem("algorithm")}</span>
+
+                    <label for="rule-limit">"Limit"</label>
+                    <input id="rule-limit" inputmode="numeric" prop:value=form.limit on:input=text(form.limit)/>
+                    <span class="field-error" data-testid="problem-limit">{problem("limit")}</span>
+
+                    <label for="rule-period">"Per"</label>
+                    <span class="inline">
+                        <input id="rule-period" inputmode="numeric" prop:value=form.period on:input=text(form.period)/>
+                        <select aria-label="Period unit" prop:value=move || form.unit.get().to_string()
+                            on:change=move |ev| form.unit.set(event_target_value(&ev).parse().unwrap_or(1000))>
+                            {UNITS.into_iter().map(|(name, ms)| view! { <option value=ms.to_string()>{name}</option> }).collect_view()}
+                        </select>
+                    </span>
+                    <span class="field-error" data-testid="problem-period">{problem("period_ms")}</span>
+
+                    <label for="rule-burst">"Burst"</label>
+                    <input id="rule-burst" inputmode="numeric" placeholder="same as the limit"
+                        prop:disabled=move || !has_burst() prop:value=form.burst on:input=text(form.burst)/>
+                    <span class="field-error" data-testid="problem-burst">{problem("burst")}</span>
+
+                    <label for="rule-failure">"If the limiter is down"</label>
+                    <select id="rule-failure" prop:value=form.failure_mode on:change=text(form.failure_mode)>
+                        <option value="closed">"fail closed: answer 503"</option>
+                        <option value="open">"fail open: allow"</option>
+                    </select>
+                    <span></span>
+                </div>
+                <div class="checks">
+                    <label><input type="checkbox" id="rule-shadow" prop:checked=form.shadow
+                        on:change=move |ev| form.shadow.set(event_target_checked(&ev))/>
+                        " Shadow: evaluate and report, never deny"</label>
+                    <label><input type="checkbox" id="rule-penalty" prop:checked=form.penalty
+                        on:change=move |ev| form.penalty.set(event_target_checked(&ev))/>
+                        " Penalty: denied requests still count"</label>
+                    <label><input type="checkbox" id="rule-enabled" prop:checked=form.enabled
+                        on:change=move |ev| form.enabled.set(event_target_checked(&ev))/>
+                        " Enabled"</label>
+                </div>
+                <p class="actions">
+                    <button type="submit" data-testid="save-rule"
+                        disabled=move || save.pending().get() || parsed.with(Result::is_err)>
+                        {move || if form.editing.get().is_some() { "Save changes" } else { "Create rule" }}
+                    </button>
+                    <Show when=move || form.editing.get().is_some()>
+                        <button type="button" class="secondary" on:click=move |_| form.reset()>"Cancel"</button>
+                    </Show>
+                </p>
+            </form>
+            {move || save.value().get().map(|r| match r {
+                Ok(rule) => view! { <p class="ok" role="status" data-testid="rule-saved">"Saved rule " {rule.body.name} "."</p> }.into_any(),
+                Err(e) => view! { <ErrorNote error=e/> }.into_any(),
+            })}
+            <Preview parsed=parsed/>
+        </section>
+    }
+}
+
+/// The behaviour preview of the rule in the form.
+#[component]
+fn Preview(parsed: Memo<Result<RuleBody, Vec<FieldError>>>) -> impl IntoView {
+    let (shape, set_shape) = signal(Shape::Steady);
+    let (rate_text, set_rate_text) = signal(String::new());
+    // The chart is drawn only once the page is live: it is computed in the browser.
+    let (live, set_live) = signal(false);
+    Effect::new(move |_| set_live.set(true));
+
+    let result = Memo::new(move |_| -> Result<(preview::Series, f64), String> {
+        let body = parsed
+            .get()
+            .map_err(|_| "fix the rule to see its preview".to_owned())?;
+        let spec = body.spec();
+        let default_rate = (2.0 * spec.limit as f64 * 1000.0 / spec.period_ms as f64).max(1.0);
+        let text = rate_text.get();
+        let rate = if text.trim().is_empty() {
+            default_rate.round().max(1.0)
+        } else {
+            text.trim()
+                .parse::<f64>()
+                .map_err(|_| "the offered rate must be a number".to_owned())?
+        };
+        let traffic = Traffic {
+            shape: shape.get(),
+            rate,
+            duration_ms: Traffic::default_duration_ms(&spec),
+        };
+        preview::run(&spec, &traffic).map(|series| (series, rate))
+    });
+
+    view! {
+        <div class="preview" data-testid="preview">
+            <h3>"Behaviour preview"</h3>
+            <div class="inline">
+                <label for="preview-shape">"Traffic"</label>
+                <select id="preview-shape" on:change=move |ev| set_shape.set(Shape::parse(&event_target_value(&ev)).unwrap_or(Shape::Steady))>
+                    {Shape::ALL.into_iter().map(|s| view! { <option value=s.as_str()>{s.as_str()}</option> }).collect_view()}
+                </select>
+                <label for="preview-rate">"Offered requests per second"</label>
+                <input id="preview-rate" inputmode="decimal" placeholder="twice the limit"
+                    prop:value=rate_text on:input=move |ev| set_rate_text.set(event_target_value(&ev))/>
+            </div>
+            {move || match result.get() {
+                Err(message) => view! { <p class="muted" data-testid="preview-summary">{message}</p> }.into_any(),
+                Ok((series, rate)) => {
+                    let offered = series.total_offered();
+                    let admitted = series.total_admitted();
+                    let share = if offered == 0 { 0.0 } else { 100.0 * admitted as f64 / offered as f64 };
+                    let seconds = series.bucket_ms * series.offered.len() as u64 / 1000;
+                    view! {
+                        <p data-testid="preview-summary">
+                            {format!("{} traffic at {rate} requests/s for {seconds} s: {admitted} of {offered} admitted ({share:.1}%).",
+                                shape.get_untracked().as_str())}
+                        </p>
+                        <Chart series=series live=live/>
+                    }.into_any()
+                }
+            }}
+        </div>
+    }
+}
+
+#[component]
+fn Chart(series: preview::Series, live: ReadSignal<bool>) -> impl IntoView {
+    move || {
+        if !live.get() {
+            return view! { <p class="muted chart-placeholder">"The chart is drawn in your browser once the page is live."</p> }.into_any();
+        }
+        #[cfg(feature = "hydrate")]
+        {
+            match preview::render_svg(&series) {
+                Ok(svg) => view! { <div class="chart" data-testid="preview-chart" role="img"
+                    aria-label="Offered and admitted requests per second over time" inner_html=svg></div> }.into_any(),
+                Err(e) => view! { <p class="error">{e}</p> }.into_any(),
+            }
+        }
+        #[cfg(not(feature = "hydrate"))]
+        {
+            let _ = &series;
+            view! { <p class="muted">"The chart is drawn in the browser."</p> }.into_any()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::describe_rate;
+
+    #[test]
+    fn rates_use_the_largest_whole_unit() {
+        assert_eq!(describe_rate(10, 1000), "10 / 1 s");
+        assert_eq!(describe_rate(5, 90_000), "5 / 90 s");
+        assert_eq!(describe_rate(100, 3_600_000), "100 / 1 h");
+        assert_eq!(describe_rate(3, 1500), "3 / 1500 ms");
+    }
+}

@@ -1,0 +1,57 @@
+//! Simulate: how a check would be decided against a tenant's current rules and counters,
+//! without consuming anything. The admin API offers the same dry run.
+
+mod view;
+
+use leptos::prelude::*;
+use leptos::server_fn::codec::Json;
+use serde::{Deserialize, Serialize};
+
+use crate::error::AppError;
+use crate::rules::model::Verdict;
+
+pub use view::SimulatePage;
+
+/// What to simulate: the fields of a check.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SimulateInput {
+    pub route: String,
+    #[serde(default)]
+    pub subject: Option<String>,
+    /// Defaults to 1.
+    #[serde(default)]
+    pub cost: Option<u64>,
+}
+
+/// One rule's decision in a simulation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SimulatedRule {
+    pub rule_id: String,
+    pub policy: String,
+    pub shadow: bool,
+    pub verdict: Verdict,
+    pub limit: u64,
+    /// Capacity that would be left if the check were made now.
+    pub remaining: f64,
+    pub reset_after_ms: u64,
+    pub retry_after_ms: u64,
+}
+
+/// How a check would be decided now.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Simulation {
+    pub allowed: bool,
+    /// The rule a real check would report, or `None` when no rule applies.
+    pub policy: Option<String>,
+    /// Every rule that applies to the route, in evaluation order.
+    pub rules: Vec<SimulatedRule>,
+    /// The time the simulation was evaluated at (Unix ms).
+    pub now_ms: i64,
+}
+
+/// Runs a dry check for `tenant`.
+#[server(prefix = "/api", endpoint = "simulate", input = Json)]
+pub async fn simulate(tenant: String, input: SimulateInput) -> Result<Simulation, AppError> {
+    crate::port::console()?.simulate(&tenant, input).await
+}

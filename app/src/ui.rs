@@ -1,0 +1,185 @@
+//! Small pieces every page uses: dates, error notes, and the inline confirmation.
+
+use leptos::prelude::*;
+
+use crate::error::AppError;
+
+/// Days since 1970-01-01 to a (year, month, day) date in the proleptic Gregorian calendar.
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    // Eras of 400 years (146,097 days) shifted so that a year starts on 1 March; the leap
+    // day is then the last day of a year.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+/// The inverse of [`civil_from_days`].
+fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let m = i64::from(month);
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(day) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// `YYYY-MM-DD HH:MM:SS` (UTC) for a Unix time in milliseconds.
+pub fn format_utc(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let (y, mo, d) = civil_from_days(secs.div_euclid(86_400));
+    let in_day = secs.rem_euclid(86_400);
+    format!(
+        "{y:04}-{mo:02}-{d:02} {:02}:{:02}:{:02}",
+        in_day / 3600,
+        in_day / 60 % 60,
+        in_day % 60
+    )
+}
+
+/// Reads `YYYY-MM-DDTHH:MM` (what a `datetime-local` input gives; seconds optional) as UTC
+/// and returns Unix milliseconds.
+pub fn parse_utc(text: &str) -> Result<i64, String> {
+    let bad = || format!("{text:?} is not a date and time like 2026-11-30T14:05");
+    let (date, time) = text.trim().split_once(['T', ' ']).ok_or_else(bad)?;
+    let mut date_parts = date.split('-');
+    let number = |max: u32, s: Option<&str>| -> Result<u32, String> {
+        s.and_then(|s| s.parse::<u32>().ok())
+            .filter(|n| *n <= max)
+            .ok_or_else(bad)
+    };
+    let year = number(9999, date_parts.next())?;
+    let month = number(12, date_parts.next())?;
+    let day = number(31, date_parts.next())?;
+    let mut time_parts = time.split(':');
+    let hour = number(23, time_parts.next())?;
+    let minute = number(59, time_parts.next())?;
+    let second = match time_parts.next() {
+        Some(s) => number(59, Some(s))?,
+        None => 0,
+    };
+    if month == 0 || day == 0 || date_parts.next().is_some() || time_parts.next().is_some() {
+        return Err(bad());
+    }
+    let days = days_from_civil(i64::from(year), month, day);
+    if civil_from_days(days) != (i64::from(year), month, day) {
+        return Err(format!("{date} is not a day of the calendar"));
+    }
+    Ok(((days * 86_400) + i64::from(hour * 3600 + minute * 60 + second)) * 1000)
+}
+
+/// An optional time, or a dash.
+pub fn format_maybe(ms: Option<i64>) -> String {
+    ms.map_or_else(|| "—".to_owned(), format_utc)
+}
+
+/// An error, said plainly, with what to do next.
+#[component]
+pub fn ErrorNote(error: AppError) -> impl IntoView {
+    let hint = match &error {
+        AppError::Unauthorized => Some(view! { " " <a href="/sign-in">"Sign in"</a> }.into_any()),
+        AppError::NotFound => {
+            Some(view! { " It does not exist, or it belongs to another tenant." }.into_any())
+        }
+        e if e.is_transient() => Some(view! { " Try again in a moment." }.into_any()),
+        _ => None,
+    };
+    view! { <p class="error" role="alert" data-testid="error">{error.to_string()}{hint}</p> }
+}
+
+/// The `:tenant` of the current route.
+pub fn use_tenant() -> Memo<String> {
+    let params = leptos_router::hooks::use_params_map();
+    Memo::new(move |_| params.read().get("tenant").unwrap_or_default())
+}
+
+/// A button that asks before it acts: the first press shows "Yes, …" and "Cancel".
+#[component]
+pub fn ConfirmButton(
+    /// The button's label, e.g. "Suspend".
+    label: String,
+    /// The question shown before acting.
+    question: String,
+    /// Runs when the user confirms.
+    on_confirm: Callback<()>,
+    #[prop(optional)] danger: bool,
+    #[prop(into, optional)] testid: String,
+) -> impl IntoView {
+    let (asking, set_asking) = signal(false);
+    let confirm_label = format!("Yes, {}", label.to_lowercase());
+    let confirm_id = format!("{testid}-confirm");
+    view! {
+        <Show
+            when=move || asking.get()
+            fallback={
+                let label = label.clone();
+                let testid = testid.clone();
+                move || view! {
+                    <button type="button" class:danger=danger data-testid=testid.clone() on:click=move |_| set_asking.set(true)>
+                        {label.clone()}
+                    </button>
+                }
+            }
+        >
+            <span class="confirm" role="group">
+                <span class="question">{question.clone()}</span>
+                <button
+                    type="button"
+                    class:danger=danger
+                    data-testid=confirm_id.clone()
+                    on:click=move |_| {
+                        set_asking.set(false);
+                        on_confirm.run(());
+                    }
+                >
+                    {confirm_label.clone()}
+                </button>
+                <button type="button" class="secondary" on:click=move |_| set_asking.set(false)>"Cancel"</button>
+            </span>
+        </Show>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_dates_round_trip() {
+        assert_eq!(format_utc(0), "1970-01-01 00:00:00");
+        // 2026-11-30T03:05:40Z
+        assert_eq!(format_utc(1_796_007_940_000), "2026-11-30 03:05:40");
+        assert_eq!(format_utc(951_782_400_000), "2000-02-29 00:00:00");
+        assert_eq!(parse_utc("2026-11-30T03:05:40"), Ok(1_796_007_940_000));
+        assert_eq!(parse_utc("2000-02-29T00:00"), Ok(951_782_400_000));
+        for days in [-1, 0, 59, 60, 10_957, 20_787, 100_000] {
+            assert_eq!(
+                days_from_civil(
+                    civil_from_days(days).0,
+                    civil_from_days(days).1,
+                    civil_from_days(days).2
+                ),
+                days
+            );
+        }
+    }
+
+    #[test]
+    fn bad_dates_say_what_is_expected() {
+        assert!(parse_utc("2026-02-30T00:00")
+            .unwrap_err()
+            .contains("not a day"));
+        assert!(parse_utc("yesterday")
+            .unwrap_err()
+            .contains("2026-11-30T14:05"));
+        assert!(parse_utc("2026-11-30T25:00").is_err());
+        assert!(parse_utc("2026-11-30T10:00:00:00").is_err());
+    }
+}

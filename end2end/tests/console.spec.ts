@@ -1,0 +1,336 @@
+// The admin console end to end, in headless Chromium against the release build: a tenant
+// admin's whole flow, keys that never leave the browser in plaintext, admin keys, tenant
+// isolation (UI and direct server-function calls), and suspension with its audit trail.
+import { createHash, randomBytes } from 'node:crypto';
+import { execFileSync } from 'node:child_process';
+import { join } from 'node:path';
+import { test, expect, waitForHydration } from './fixtures';
+import type { APIRequestContext, Page, Request } from '@playwright/test';
+
+const OPERATOR = 'admin@localhost';
+const OPERATOR_PASSWORD = 'e2e operator password';
+const ADMIN_PASSWORD = 'tenant admin password';
+
+const sha256 = (text: string) => createHash('sha256').update(text).digest('hex');
+const unique = (name: string) => `${name}-${randomBytes(3).toString('hex')}`;
+
+async function signIn(page: Page, email: string, password: string) {
+  await page.goto('/sign-in');
+  await waitForHydration(page);
+  await page.getByLabel('Email').fill(email);
+  await page.getByLabel('Password').fill(password);
+  await page.getByLabel('Password').press('Enter');
+  await expect(page.getByTestId('nav-account')).toHaveText(email);
+}
+
+async function signOut(page: Page) {
+  await page.goto('/account');
+  await waitForHydration(page);
+  await page.getByTestId('sign-out').click();
+  await expect(page).toHaveURL(/\/sign-in$/);
+}
+
+/** Calls a JSON server function with the page's session: [ok, body]. */
+async function serverFn(page: Page, endpoint: string, args: object): Promise<[boolean, string]> {
+  const response = await page.request.post(`/api/${endpoint}`, { data: args });
+  return [response.ok(), await response.text()];
+}
+
+/** As the signed-in operator: a tenant and its admin, through the server functions. */
+async function tenantWithAdmin(page: Page, name: string): Promise<{ id: string; email: string }> {
+  const [ok, body] = await serverFn(page, 'tenants/create', { name });
+  expect(ok, body).toBe(true);
+  const id = JSON.parse(body).id as string;
+  const email = `${name}@example.com`;
+  const [added, said] = await serverFn(page, 'tenants/add_admin', { tenant: id, email, password: ADMIN_PASSWORD });
+  expect(added, said).toBe(true);
+  return { id, email };
+}
+
+async function check(request: APIRequestContext, key: string, route: string): Promise<number> {
+  const response = await request.post('/v1/check', { headers: { 'X-API-Key': key }, data: { route } });
+  return response.status();
+}
+
+/** The hash the server stored for the key with this display prefix (read from its SQLite file). */
+function storedHash(prefix: string): string {
+  const db = join(process.env.SLUICE_E2E_DATA_DIR!, 'sluice.db');
+  const script = 'import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); ' +
+    'print(c.execute("SELECT hash FROM api_keys WHERE prefix = ?", (sys.argv[2],)).fetchone()[0])';
+  return execFileSync('python3', ['-c', script, db, prefix]).toString().trim();
+}
+
+/** Generates a key on the keys page and returns the plaintext the page shows once. */
+async function generateKey(page: Page, kind: 'check' | 'admin', name: string): Promise<string> {
+  await page.getByLabel('Kind').selectOption(kind);
+  await page.getByLabel('Name').fill(name);
+  await page.getByTestId('create-key').click();
+  const shown = page.getByTestId('new-key-value');
+  await expect(shown).toHaveText(new RegExp(`^sl_${kind === 'check' ? 'chk' : 'adm'}_[0-9a-f]{64}$`));
+  return (await shown.textContent())!;
+}
+
+test('a tenant admin: rule, check key to 429, rotation with grace, revocation, admin key', async ({
+  page, browser, browserErrors, saveScreenshot, request,
+}) => {
+  void browserErrors;
+  // The operator creates the tenant and its admin in the UI.
+  await signIn(page, OPERATOR, OPERATOR_PASSWORD);
+  await expect(page).toHaveURL(/\/tenants$/);
+  const tenantName = unique('acme');
+  await page.getByLabel('Name').fill(tenantName);
+  await page.getByRole('button', { name: 'Create tenant' }).click();
+  await expect(page.getByTestId('tenant-created')).toContainText(tenantName);
+  const row = page.locator(`tr[data-name="${tenantName}"]`);
+  await expect(row).toBeVisible();
+  const tenantId = (await row.getAttribute('data-tenant'))!;
+  const adminEmail = `${tenantName}@example.com`;
+  await page.getByLabel('Tenant', { exact: true }).selectOption(tenantId);
+  await page.getByLabel('Email').fill(adminEmail);
+  await page.getByLabel('Initial password').fill(ADMIN_PASSWORD);
+  await page.getByRole('button', { name: 'Add admin' }).click();
+  await expect(page.getByTestId('admin-added')).toContainText(adminEmail);
+  await saveScreenshot('tenants');
+  await signOut(page);
+
+  // From here on, every request the page sends is recorded.
+  const sent: Request[] = [];
+  page.on('request', (r) => sent.push(r));
+  await signIn(page, adminEmail, ADMIN_PASSWORD);
+  await expect(page).toHaveURL(new RegExp(`/tenants/${tenantId}/rules$`));
+  await expect(page.getByTestId('no-rules')).toBeVisible();
+
+  // A rule, validated as it is typed.
+  await page.getByLabel('Name', { exact: true }).fill('checkout');
+  await page.getByLabel('Route').fill('POST /checkout');
+  // An exact sliding log: after three checks it denies for a full minute.
+  await page.getByLabel('Algorithm').selectOption('sliding_log');
+  await page.getByLabel('Limit').fill('3x');
+  await expect(page.getByTestId('problem-limit')).toHaveText('must be a whole number');
+  await expect(page.getByTestId('save-rule')).toBeDisabled();
+  await page.getByLabel('Limit').fill('0');
+  await expect(page.getByTestId('problem-limit')).toHaveText('must be at least 1');
+  await page.getByLabel('Limit').fill('3');
+  await expect(page.getByTestId('problem-limit')).toHaveText('');
+  await page.getByLabel('Per', { exact: true }).fill('60');
+  // The behaviour preview, computed in the browser: 5/s offered for 180 s against 3 a minute
+  // admits three in each of the three (or, at the boundary, four) minutes.
+  await page.getByLabel('Offered requests per second').fill('5');
+  await expect(page.getByTestId('preview-summary')).toContainText('of 900 admitted');
+  const admitted = Number((await page.getByTestId('preview-summary').textContent())!.match(/(\d+) of 900/)![1]);
+  expect(admitted).toBeGreaterThanOrEqual(9);
+  expect(admitted).toBeLessThanOrEqual(12);
+  await expect(page.getByTestId('preview-chart').locator('svg')).toBeVisible();
+  await expect(page.getByTestId('preview-chart')).toContainText('admitted');
+  await saveScreenshot('rules-form');
+  await page.getByTestId('save-rule').click();
+  await expect(page.getByTestId('rule-saved')).toContainText('checkout');
+  await expect(page.locator('tr[data-name="checkout"]')).toBeVisible();
+  // The shadow and fail-mode toggles save at once.
+  await page.locator('tr[data-name="checkout"]').getByTestId('toggle-failure').click();
+  await expect(page.locator('tr[data-name="checkout"]').getByTestId('toggle-failure')).toHaveText('fail open');
+  await saveScreenshot('rules');
+  // The server-rendered page reads correctly with no script at all.
+  const noScript = await browser.newContext({ javaScriptEnabled: false });
+  await noScript.addCookies(await page.context().cookies());
+  const plain = await noScript.newPage();
+  await plain.goto(new URL(`/tenants/${tenantId}/rules`, page.url()).toString());
+  await expect(plain.locator('tr[data-name="checkout"]')).toContainText('3 / 1 min');
+  await expect(plain.getByTestId('tenant-name')).toContainText(tenantName);
+  await noScript.close();
+
+  // A check key, generated in the browser and shown once.
+  await page.getByRole('link', { name: 'Keys' }).first().click();
+  await expect(page).toHaveURL(/\/keys$/);
+  await waitForHydration(page);
+  const checkKey = await generateKey(page, 'check', 'checkout-service');
+  await saveScreenshot('keys-new');
+  expect(storedHash(checkKey.slice(0, 12))).toBe(sha256(checkKey));
+  for (const expected of [200, 200, 200, 429]) {
+    expect(await check(request, checkKey, 'POST /checkout')).toBe(expected);
+  }
+  await page.getByRole('button', { name: 'I have stored it' }).click();
+  await expect(page.getByTestId('new-key')).toHaveCount(0);
+
+  // Rotation: the old key keeps working for the 3 s grace period, then stops.
+  const oldRow = page.locator(`tr[data-prefix="${checkKey.slice(0, 12)}"]`);
+  await oldRow.getByTestId('rotate').click();
+  await oldRow.getByTestId('grace-seconds').fill('3');
+  await oldRow.getByTestId('rotate-confirm').click();
+  const rotatedAt = Date.now();
+  await expect(page.getByTestId('new-key-value')).toHaveText(/^sl_chk_[0-9a-f]{64}$/);
+  const newKey = (await page.getByTestId('new-key-value').textContent())!;
+  expect(newKey).not.toBe(checkKey);
+  expect(await check(request, checkKey, 'GET /free')).toBe(200);
+  expect(await check(request, newKey, 'GET /free')).toBe(200);
+  await expect(page.locator(`tr[data-prefix="${checkKey.slice(0, 12)}"]`)).toHaveAttribute('data-state', 'grace');
+  await page.waitForTimeout(Math.max(0, rotatedAt + 3500 - Date.now()));
+  expect(await check(request, checkKey, 'GET /free')).toBe(401);
+  expect(await check(request, newKey, 'GET /free')).toBe(200);
+
+  // Revocation: the new key gets 401 within a second of the console's answer.
+  const newRow = page.locator(`tr[data-prefix="${newKey.slice(0, 12)}"]`);
+  await newRow.getByTestId('revoke').click();
+  const revoked = page.waitForResponse((r) => r.url().endsWith('/api/keys/revoke') && r.ok());
+  await newRow.getByTestId('revoke-confirm').click();
+  await revoked;
+  const revokedAt = Date.now();
+  let status = 0;
+  while (Date.now() - revokedAt < 2000) {
+    status = await check(request, newKey, 'GET /free');
+    if (status === 401) break;
+    await page.waitForTimeout(50);
+  }
+  expect(status).toBe(401);
+  expect(Date.now() - revokedAt).toBeLessThan(1000);
+  await expect(page.locator(`tr[data-prefix="${newKey.slice(0, 12)}"]`)).toHaveAttribute('data-state', 'revoked');
+
+  // An admin key works on /v1/admin and is refused on /v1/check.
+  const adminKey = await generateKey(page, 'admin', 'automation');
+  const rules = await request.get(`/v1/admin/tenants/${tenantId}/rules`, { headers: { 'X-API-Key': adminKey } });
+  expect(rules.status()).toBe(200);
+  expect((await rules.json())[0].name).toBe('checkout');
+  expect(await check(request, adminKey, 'POST /checkout')).toBe(403);
+  await saveScreenshot('keys');
+
+  // The plaintext of no key ever left the page; what was sent is each key's SHA-256.
+  const shownKeys = [checkKey, newKey, adminKey];
+  const created: string[] = [];
+  for (const r of sent) {
+    const text = `${r.url()}\n${JSON.stringify(r.headers())}\n${r.postData() ?? ''}`;
+    for (const key of shownKeys) {
+      expect(text.includes(key), `${r.method()} ${r.url()} carried a key`).toBe(false);
+      expect(text.includes(key.slice(7)), `${r.method()} ${r.url()} carried a key's secret part`).toBe(false);
+    }
+    if (r.url().endsWith('/api/keys/create') || r.url().endsWith('/api/keys/rotate')) {
+      created.push(JSON.parse(r.postData()!).hash);
+    }
+  }
+  expect(created.sort()).toEqual(shownKeys.map(sha256).sort());
+
+  // The audit log, filtered by action.
+  await page.getByRole('link', { name: 'Audit log' }).first().click();
+  await expect(page).toHaveURL(/\/audit$/);
+  await waitForHydration(page);
+  await expect(page.getByTestId('audit-row').first()).toBeVisible();
+  await page.getByLabel('Action').selectOption('key.revoke');
+  await page.getByTestId('apply-filter').click();
+  await expect(page.getByTestId('audit-row')).toHaveCount(1);
+  await expect(page.getByTestId('audit-row')).toHaveAttribute('data-actor', `user:${adminEmail}`);
+  await saveScreenshot('audit-tenant');
+
+  // Simulate: the exhausted rule would deny, and simulating consumes nothing.
+  await page.getByRole('link', { name: 'Simulate' }).first().click();
+  await waitForHydration(page);
+  await page.getByLabel('Route').fill('POST /checkout');
+  await page.getByTestId('simulate').click();
+  await expect(page.getByTestId('simulation')).toHaveAttribute('data-allowed', 'false');
+  await expect(page.getByTestId('simulation')).toContainText('deciding rule is checkout');
+  await page.getByLabel('Route').fill('GET /free');
+  await page.getByTestId('simulate').click();
+  await expect(page.getByTestId('simulation')).toContainText('No rule applies');
+  await saveScreenshot('simulate');
+});
+
+test('tenant isolation: a tenant admin sees and changes nothing of another tenant', async ({
+  page, browserErrors, saveScreenshot,
+}) => {
+  void browserErrors;
+  await signIn(page, OPERATOR, OPERATOR_PASSWORD);
+  const a = await tenantWithAdmin(page, unique('alpha'));
+  const b = await tenantWithAdmin(page, unique('beta'));
+  await signOut(page);
+
+  // B's admin makes a rule and a key.
+  await signIn(page, b.email, ADMIN_PASSWORD);
+  const [made, rule] = await serverFn(page, 'rules/save', {
+    tenant: b.id, id: null,
+    body: { name: 'beta-secret-rule', match: 'all', scope: 'tenant', algorithm: 'gcra', limit: 5, period_ms: 1000 },
+  });
+  expect(made, rule).toBe(true);
+  const ruleId = JSON.parse(rule).id;
+  await page.goto(`/tenants/${b.id}/keys`);
+  await waitForHydration(page);
+  await generateKey(page, 'check', 'beta-service');
+  const keyId = JSON.parse((await serverFn(page, 'keys/list', { tenant: b.id }))[1])[0].id;
+  await signOut(page);
+
+  await signIn(page, a.email, ADMIN_PASSWORD);
+  // Through the UI: every page of B's says "not found" and shows nothing of B's.
+  for (const tab of ['rules', 'keys', 'audit']) {
+    await page.goto(`/tenants/${b.id}/${tab}`);
+    await expect(page.getByTestId('error').first()).toContainText('not found');
+    await expect(page.locator('body')).not.toContainText('beta-secret-rule');
+    await expect(page.locator('body')).not.toContainText('beta-service');
+  }
+  await saveScreenshot('isolation');
+  // Through direct server-function calls with A's session.
+  const attempts: [string, object][] = [
+    ['rules/list', { tenant: b.id }],
+    ['rules/save', { tenant: b.id, id: ruleId, body: { name: 'x', match: 'all', scope: 'tenant', algorithm: 'gcra', limit: 1, period_ms: 1000 } }],
+    ['rules/delete', { tenant: b.id, id: ruleId }],
+    ['rules/delete', { tenant: a.id, id: ruleId }],
+    ['keys/list', { tenant: b.id }],
+    ['keys/revoke', { tenant: b.id, key: keyId }],
+    ['keys/revoke', { tenant: a.id, key: keyId }],
+    ['audit/list', { tenant: b.id, filter: {} }],
+    ['simulate', { tenant: b.id, input: { route: 'GET /' } }],
+  ];
+  for (const [endpoint, args] of attempts) {
+    const [ok, body] = await serverFn(page, endpoint, args);
+    expect(ok, `${endpoint} answered ${body}`).toBe(false);
+    expect(body).toContain('NotFound');
+    expect(body).not.toContain('beta-secret-rule');
+  }
+  await signOut(page);
+  // B's rule and key are as they were.
+  await signIn(page, b.email, ADMIN_PASSWORD);
+  const [, rules] = await serverFn(page, 'rules/list', { tenant: b.id });
+  expect(JSON.parse(rules)[0].body.limit).toBe(5);
+  const [, keys] = await serverFn(page, 'keys/list', { tenant: b.id });
+  expect(JSON.parse(keys)[0].revoked_at).toBeNull();
+});
+
+test('the operator suspends a tenant: its keys get 403 and the audit log says who and when', async ({
+  page, browserErrors, saveScreenshot, request,
+}) => {
+  void browserErrors;
+  await signIn(page, OPERATOR, OPERATOR_PASSWORD);
+  const t = await tenantWithAdmin(page, unique('gamma'));
+  await page.goto(`/tenants/${t.id}/keys`);
+  await waitForHydration(page);
+  const key = await generateKey(page, 'check', 'gamma-service');
+  expect(await check(request, key, 'GET /')).toBe(200);
+
+  await page.goto('/tenants');
+  await waitForHydration(page);
+  const row = page.locator(`tr[data-tenant="${t.id}"]`);
+  await row.getByTestId('suspend').click();
+  await expect(row).toContainText('Its keys stop working at once.');
+  const before = Date.now();
+  await row.getByTestId('suspend-confirm').click();
+  await expect(row.getByTestId('tenant-status')).toHaveText('suspended');
+  expect(await check(request, key, 'GET /')).toBe(403);
+
+  await page.goto(`/tenants/${t.id}/audit`);
+  await waitForHydration(page);
+  const event = page.locator('tr[data-action="tenant.suspend"]');
+  await expect(event).toHaveCount(1);
+  await expect(event).toHaveAttribute('data-actor', `user:${OPERATOR}`);
+  const at = Number(await event.getByTestId('audit-at').getAttribute('data-ms'));
+  expect(at).toBeGreaterThanOrEqual(before - 1000);
+  expect(at).toBeLessThanOrEqual(Date.now());
+  await saveScreenshot('audit-suspended');
+  await page.goto('/audit');
+  await waitForHydration(page);
+  await expect(page.locator('tr[data-action="tenant.suspend"]').first()).toBeVisible();
+  await saveScreenshot('audit-platform');
+
+  // Resumed, the key works again.
+  await page.goto('/tenants');
+  await waitForHydration(page);
+  await row.getByTestId('resume').click();
+  await row.getByTestId('resume-confirm').click();
+  await expect(row.getByTestId('tenant-status')).toHaveText('active');
+  expect(await check(request, key, 'GET /')).toBe(200);
+});
