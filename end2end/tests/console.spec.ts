@@ -105,12 +105,12 @@ test('a tenant admin: rule, check key to 429, rotation with grace, revocation, a
   await page.getByLabel('Route').fill('POST /checkout');
   // An exact sliding log: after three checks it denies for a full minute.
   await page.getByLabel('Algorithm').selectOption('sliding_log');
-  await page.getByLabel('Limit').fill('3x');
+  await page.getByLabel('Limit', { exact: true }).fill('3x');
   await expect(page.getByTestId('problem-limit')).toHaveText('must be a whole number');
   await expect(page.getByTestId('save-rule')).toBeDisabled();
-  await page.getByLabel('Limit').fill('0');
+  await page.getByLabel('Limit', { exact: true }).fill('0');
   await expect(page.getByTestId('problem-limit')).toHaveText('must be at least 1');
-  await page.getByLabel('Limit').fill('3');
+  await page.getByLabel('Limit', { exact: true }).fill('3');
   await expect(page.getByTestId('problem-limit')).toHaveText('');
   await page.getByLabel('Per', { exact: true }).fill('60');
   // The behaviour preview, computed in the browser: 5/s offered for 180 s against 3 a minute
@@ -126,6 +126,15 @@ test('a tenant admin: rule, check key to 429, rotation with grace, revocation, a
   await page.getByTestId('save-rule').click();
   await expect(page.getByTestId('rule-saved')).toContainText('checkout');
   await expect(page.locator('tr[data-name="checkout"]')).toBeVisible();
+  // Editing: the form loads the rule; a change shows in the list; then back to 3.
+  const ruleRow = page.locator('tr[data-name="checkout"]');
+  for (const limit of ['4', '3']) {
+    await ruleRow.getByRole('button', { name: 'Edit' }).click();
+    await expect(page.getByLabel('Name', { exact: true })).toHaveValue('checkout');
+    await page.getByLabel('Limit', { exact: true }).fill(limit);
+    await page.getByRole('button', { name: 'Save changes' }).click();
+    await expect(ruleRow).toContainText(`${limit} / 1 min`);
+  }
   // The shadow and fail-mode toggles save at once.
   await page.locator('tr[data-name="checkout"]').getByTestId('toggle-failure').click();
   await expect(page.locator('tr[data-name="checkout"]').getByTestId('toggle-failure')).toHaveText('fail open');
@@ -145,6 +154,11 @@ test('a tenant admin: rule, check key to 429, rotation with grace, revocation, a
   await waitForHydration(page);
   const checkKey = await generateKey(page, 'check', 'checkout-service');
   await saveScreenshot('keys-new');
+  // The copy button puts exactly the shown key on the clipboard.
+  await page.context().grantPermissions(['clipboard-read', 'clipboard-write']);
+  await page.getByTestId('copy-key').click();
+  await expect(page.getByTestId('copy-key')).toHaveText('Copied');
+  expect(await page.evaluate(() => navigator.clipboard.readText())).toBe(checkKey);
   expect(storedHash(checkKey.slice(0, 12))).toBe(sha256(checkKey));
   for (const expected of [200, 200, 200, 429]) {
     expect(await check(request, checkKey, 'POST /checkout')).toBe(expected);
@@ -218,6 +232,12 @@ test('a tenant admin: rule, check key to 429, rotation with grace, revocation, a
   await expect(page.getByTestId('audit-row')).toHaveCount(1);
   await expect(page.getByTestId('audit-row')).toHaveAttribute('data-actor', `user:${adminEmail}`);
   await saveScreenshot('audit-tenant');
+  // A time range with nothing in it; Clear shows everything again.
+  await page.getByLabel('From (UTC)').fill('2099-01-01T00:00');
+  await page.getByTestId('apply-filter').click();
+  await expect(page.getByTestId('no-events')).toBeVisible();
+  await page.getByRole('button', { name: 'Clear' }).click();
+  await expect(page.getByTestId('audit-row').first()).toBeVisible();
 
   // Simulate: the exhausted rule would deny, and simulating consumes nothing.
   await page.getByRole('link', { name: 'Simulate' }).first().click();
@@ -289,6 +309,12 @@ test('tenant isolation: a tenant admin sees and changes nothing of another tenan
   expect(JSON.parse(rules)[0].body.limit).toBe(5);
   const [, keys] = await serverFn(page, 'keys/list', { tenant: b.id });
   expect(JSON.parse(keys)[0].revoked_at).toBeNull();
+  // Its own admin can delete it, after a confirmation.
+  await page.goto(`/tenants/${b.id}/rules`);
+  await waitForHydration(page);
+  await page.locator('tr[data-name="beta-secret-rule"]').getByTestId('delete-rule').click();
+  await page.getByTestId('delete-rule-confirm').click();
+  await expect(page.getByTestId('no-rules')).toBeVisible();
 });
 
 test('the operator suspends a tenant: its keys get 403 and the audit log says who and when', async ({

@@ -245,7 +245,7 @@ fn KeyRow(
                         </form>
                     }.into_any()),
                 }}
-                <Show when=move || state != "revoked">
+                <Show when=move || matches!(state, "live" | "grace")>
                     <ConfirmButton label="Revoke".into() question="Revoke it? It stops working at once.".into()
                         on_confirm=revoke_it danger=true testid="revoke"/>
                 </Show>
@@ -257,15 +257,21 @@ fn KeyRow(
 /// Shows a new key once, with a copy button.
 #[component]
 fn RevealBox(reveal: Reveal, on_dismiss: Callback<()>) -> impl IntoView {
-    let (copied, set_copied) = signal(false);
+    // None: not tried; Some(true): copied; Some(false): the browser refused.
+    let (copied, set_copied) = signal(None::<bool>);
     let plaintext = reveal.plaintext.clone();
     let copy = move |_| {
         #[cfg(feature = "hydrate")]
         {
-            if let Some(window) = web_sys::window() {
-                let _ = window.navigator().clipboard().write_text(&plaintext);
-                set_copied.set(true);
-            }
+            let Some(window) = web_sys::window() else {
+                set_copied.set(Some(false));
+                return;
+            };
+            let promise = window.navigator().clipboard().write_text(&plaintext);
+            wasm_bindgen_futures::spawn_local(async move {
+                let written = wasm_bindgen_futures::JsFuture::from(promise).await;
+                set_copied.set(Some(written.is_ok()));
+            });
         }
         #[cfg(not(feature = "hydrate"))]
         {
@@ -279,10 +285,13 @@ fn RevealBox(reveal: Reveal, on_dismiss: Callback<()>) -> impl IntoView {
             <p><code class="key" data-testid="new-key-value">{reveal.plaintext.clone()}</code></p>
             <p class="actions">
                 <button type="button" data-testid="copy-key" on:click=copy>
-                    {move || if copied.get() { "Copied" } else { "Copy" }}
+                    {move || if copied.get() == Some(true) { "Copied" } else { "Copy" }}
                 </button>
                 <button type="button" class="secondary" on:click=move |_| on_dismiss.run(())>"I have stored it"</button>
             </p>
+            {move || (copied.get() == Some(false)).then(|| view! {
+                <p class="error" role="alert">"The browser did not allow copying: select the key and copy it by hand."</p>
+            })}
         </div>
     }
 }

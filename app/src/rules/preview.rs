@@ -187,20 +187,34 @@ pub fn render_svg(series: &Series) -> Result<String, String> {
         let root = SVGBackend::with_string(&mut svg, (640, 300)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| fail(&e))?;
         let seconds = (series.bucket_ms * series.offered.len() as u64) as f64 / 1000.0;
-        let top = (series.peak_rate() * 1.15).max(1.0);
+        // Headroom above the highest line keeps the legend clear of it.
+        let top = (series.peak_rate() * 1.4).max(1.0);
         let mut chart = ChartBuilder::on(&root)
             .margin(12)
             .x_label_area_size(40)
             .y_label_area_size(60)
             .build_cartesian_2d(0.0..seconds, 0.0..top)
             .map_err(|e| fail(&e))?;
+        let whole = |v: &f64| format!("{v:.0}");
+        let rate = |v: &f64| {
+            if top < 10.0 {
+                format!("{v:.1}")
+            } else {
+                format!("{v:.0}")
+            }
+        };
         chart
             .configure_mesh()
             .x_desc("time (s)")
             .y_desc("requests per second")
             .x_labels(8)
             .y_labels(6)
-            .light_line_style(RGBColor(235, 240, 240))
+            .x_label_formatter(&whole)
+            .y_label_formatter(&rate)
+            .label_style(("sans-serif", 13))
+            .axis_desc_style(("sans-serif", 14))
+            .light_line_style(WHITE)
+            .bold_line_style(RGBColor(225, 232, 232))
             .draw()
             .map_err(|e| fail(&e))?;
         let points = |counts: &[u64]| -> Vec<(f64, f64)> {
@@ -234,6 +248,7 @@ pub fn render_svg(series: &Series) -> Result<String, String> {
         chart
             .configure_series_labels()
             .position(SeriesLabelPosition::UpperRight)
+            .label_font(("sans-serif", 14))
             .background_style(WHITE.mix(0.85))
             .border_style(RGBColor(217, 225, 224))
             .draw()

@@ -44,9 +44,32 @@ pub fn describe_rate(limit: u64, period_ms: u64) -> String {
     format!("{limit} / {} {short}", period_ms / size)
 }
 
+/// What the form holds: a rule, valid when `problems` is empty.
+#[derive(Debug, Clone, PartialEq)]
+struct Draft {
+    body: RuleBody,
+    problems: Vec<FieldError>,
+}
+
+impl Draft {
+    fn valid(&self) -> Option<RuleBody> {
+        self.problems.is_empty().then(|| self.body.clone())
+    }
+
+    /// The problem shown next to `field`.
+    fn problem(&self, field: &str) -> Option<String> {
+        self.problems
+            .iter()
+            .find(|p| p.field == field)
+            .map(|p| p.message.clone())
+    }
+}
+
 /// The form's fields, as typed.
 #[derive(Debug, Clone, Copy)]
 struct RuleForm {
+    /// Whether anything was typed since the form was (re)set: problems show only then.
+    dirty: RwSignal<bool>,
     editing: RwSignal<Option<String>>,
     name: RwSignal<String>,
     match_kind: RwSignal<String>,
@@ -72,6 +95,7 @@ fn whole(field: &str, text: &str) -> Result<u64, FieldError> {
 impl RuleForm {
     fn new() -> Self {
         let form = Self {
+            dirty: RwSignal::new(false),
             editing: RwSignal::new(None),
             name: RwSignal::new(String::new()),
             match_kind: RwSignal::new("exact".into()),
@@ -92,6 +116,7 @@ impl RuleForm {
     }
 
     fn reset(&self) {
+        self.dirty.set(false);
         self.editing.set(None);
         self.name.set(String::new());
         self.match_kind.set("exact".into());
@@ -128,8 +153,8 @@ impl RuleForm {
         self.enabled.set(b.enabled);
     }
 
-    /// The rule the fields describe, or every problem with them (tracked: re-run as you type).
-    fn body(&self) -> Result<RuleBody, Vec<FieldError>> {
+    /// The rule the fields describe and every problem with it (tracked: re-run as you type).
+    fn draft(&self) -> Draft {
         let mut problems = Vec::new();
         let match_kind = MatchKind::parse(&self.match_kind.get()).unwrap_or(MatchKind::Exact);
         let scope = Scope::parse(&self.scope.get()).unwrap_or(Scope::Tenant);
@@ -181,11 +206,7 @@ impl RuleForm {
                 problems.push(p);
             }
         }
-        if problems.is_empty() {
-            Ok(body)
-        } else {
-            Err(problems)
-        }
+        Draft { body, problems }
     }
 }
 
@@ -224,7 +245,7 @@ pub fn RulesPage() -> impl IntoView {
                         <table class="grid" data-testid="rules-table">
                             <thead><tr>
                                 <th scope="col">"Name"</th><th scope="col">"Applies to"</th><th scope="col">"Limit"</th>
-                                <th scope="col">"Shadow"</th><th scope="col">"If Redis is down"</th><th scope="col">"Actions"</th>
+                                <th scope="col">"Shadow"</th><th scope="col">"If the limiter is down"</th><th scope="col">"Actions"</th>
                             </tr></thead>
                             <tbody>
                                 {list.into_iter().map(|rule| view! {
@@ -331,15 +352,14 @@ fn RuleRow(
 /// The rule form: create, or edit the rule chosen in the list.
 #[component]
 fn RuleEditor(tenant: Memo<String>, save: ServerAction<SaveRule>, form: RuleForm) -> impl IntoView {
-    let parsed = Memo::new(move |_| form.body());
+    let parsed = Memo::new(move |_| form.draft());
     let problem = move |field: &'static str| {
         move || {
-            parsed.with(|p| {
-                p.as_ref()
-                    .err()
-                    .and_then(|ps| ps.iter().find(|e| e.field == field))
-                    .map(|e| e.message.clone())
-            })
+            if form.dirty.get() {
+                parsed.with(|d| d.problem(field))
+            } else {
+                None
+            }
         }
     };
     Effect::new(move |_| {
@@ -349,7 +369,8 @@ fn RuleEditor(tenant: Memo<String>, save: ServerAction<SaveRule>, form: RuleForm
     });
     let on_submit = move |ev: SubmitEvent| {
         ev.prevent_default();
-        if let Ok(body) = parsed.get_untracked() {
+        form.dirty.set(true);
+        if let Some(body) = parsed.get_untracked().valid() {
             save.dispatch(SaveRule {
                 tenant: tenant.get_untracked(),
                 id: form.editing.get_untracked(),
@@ -357,8 +378,12 @@ fn RuleEditor(tenant: Memo<String>, save: ServerAction<SaveRule>, form: RuleForm
             });
         }
     };
-    let text =
-        |signal: RwSignal<String>| move |ev: leptos::ev::Event| signal.set(event_target_value(&ev));
+    let text = move |signal: RwSignal<String>| {
+        move |ev: leptos::ev::Event| {
+            form.dirty.set(true);
+            signal.set(event_target_value(&ev));
+        }
+    };
     let has_burst = move || {
         form.algorithm
             .get()
@@ -445,7 +470,7 @@ fn RuleEditor(tenant: Memo<String>, save: ServerAction<SaveRule>, form: RuleForm
                 </div>
                 <p class="actions">
                     <button type="submit" data-testid="save-rule"
-                        disabled=move || save.pending().get() || parsed.with(Result::is_err)>
+                        disabled=move || save.pending().get() || (form.dirty.get() && parsed.with(|d| !d.problems.is_empty()))>
                         {move || if form.editing.get().is_some() { "Save changes" } else { "Create rule" }}
                     </button>
                     <Show when=move || form.editing.get().is_some()>
@@ -464,7 +489,7 @@ fn RuleEditor(tenant: Memo<String>, save: ServerAction<SaveRule>, form: RuleForm
 
 /// The behaviour preview of the rule in the form.
 #[component]
-fn Preview(parsed: Memo<Result<RuleBody, Vec<FieldError>>>) -> impl IntoView {
+fn Preview(parsed: Memo<Draft>) -> impl IntoView {
     let (shape, set_shape) = signal(Shape::Steady);
     let (rate_text, set_rate_text) = signal(String::new());
     // The chart is drawn only once the page is live: it is computed in the browser.
@@ -472,10 +497,20 @@ fn Preview(parsed: Memo<Result<RuleBody, Vec<FieldError>>>) -> impl IntoView {
     Effect::new(move |_| set_live.set(true));
 
     let result = Memo::new(move |_| -> Result<(preview::Series, f64), String> {
-        let body = parsed
-            .get()
-            .map_err(|_| "fix the rule to see its preview".to_owned())?;
-        let spec = body.spec();
+        // Only the limit's own fields matter here; a missing name or route does not.
+        let draft = parsed.get();
+        let limit_fields = ["limit", "period_ms", "burst", "algorithm"];
+        if let Some(p) = draft
+            .problems
+            .iter()
+            .find(|p| limit_fields.contains(&p.field.as_str()))
+        {
+            return Err(format!(
+                "fix the {} to see the preview",
+                p.field.trim_end_matches("_ms")
+            ));
+        }
+        let spec = draft.body.spec();
         let default_rate = (2.0 * spec.limit as f64 * 1000.0 / spec.period_ms as f64).max(1.0);
         let text = rate_text.get();
         let rate = if text.trim().is_empty() {
