@@ -103,7 +103,7 @@ test('a tenant admin: rule, check key to 429, rotation with grace, revocation, a
   // A rule, validated as it is typed.
   await page.getByLabel('Name', { exact: true }).fill('checkout');
   await page.getByLabel('Route').fill('POST /checkout');
-  // An exact sliding log: after three checks it denies for a full minute.
+  // An exact sliding log: after three checks it denies for ten minutes.
   await page.getByLabel('Algorithm').selectOption('sliding_log');
   await page.getByLabel('Limit', { exact: true }).fill('3x');
   await expect(page.getByTestId('problem-limit')).toHaveText('must be a whole number');
@@ -112,14 +112,15 @@ test('a tenant admin: rule, check key to 429, rotation with grace, revocation, a
   await expect(page.getByTestId('problem-limit')).toHaveText('must be at least 1');
   await page.getByLabel('Limit', { exact: true }).fill('3');
   await expect(page.getByTestId('problem-limit')).toHaveText('');
-  await page.getByLabel('Per', { exact: true }).fill('60');
-  // The behaviour preview, computed in the browser: 5/s offered for 180 s against 3 a minute
-  // admits three in each of the three (or, at the boundary, four) minutes.
+  await page.getByLabel('Per', { exact: true }).fill('10');
+  await page.getByLabel('Period unit').selectOption({ label: 'minutes' });
+  // The behaviour preview, computed in the browser: 5/s offered for 600 s (the longest run)
+  // against 3 per 10 minutes admits three (six if a boundary falls on an arrival).
   await page.getByLabel('Offered requests per second').fill('5');
-  await expect(page.getByTestId('preview-summary')).toContainText('of 900 admitted');
-  const admitted = Number((await page.getByTestId('preview-summary').textContent())!.match(/(\d+) of 900/)![1]);
-  expect(admitted).toBeGreaterThanOrEqual(9);
-  expect(admitted).toBeLessThanOrEqual(12);
+  await expect(page.getByTestId('preview-summary')).toContainText('of 3000 admitted');
+  const admitted = Number((await page.getByTestId('preview-summary').textContent())!.match(/(\d+) of 3000/)![1]);
+  expect(admitted).toBeGreaterThanOrEqual(3);
+  expect(admitted).toBeLessThanOrEqual(6);
   await expect(page.getByTestId('preview-chart').locator('svg')).toBeVisible();
   await expect(page.getByTestId('preview-chart')).toContainText('admitted');
   await saveScreenshot('rules-form');
@@ -133,7 +134,7 @@ test('a tenant admin: rule, check key to 429, rotation with grace, revocation, a
     await expect(page.getByLabel('Name', { exact: true })).toHaveValue('checkout');
     await page.getByLabel('Limit', { exact: true }).fill(limit);
     await page.getByRole('button', { name: 'Save changes' }).click();
-    await expect(ruleRow).toContainText(`${limit} / 1 min`);
+    await expect(ruleRow).toContainText(`${limit} / 10 min`);
   }
   // The shadow and fail-mode toggles save at once.
   await page.locator('tr[data-name="checkout"]').getByTestId('toggle-failure').click();
@@ -144,7 +145,7 @@ test('a tenant admin: rule, check key to 429, rotation with grace, revocation, a
   await noScript.addCookies(await page.context().cookies());
   const plain = await noScript.newPage();
   await plain.goto(new URL(`/tenants/${tenantId}/rules`, page.url()).toString());
-  await expect(plain.locator('tr[data-name="checkout"]')).toContainText('3 / 1 min');
+  await expect(plain.locator('tr[data-name="checkout"]')).toContainText('3 / 10 min');
   await expect(plain.getByTestId('tenant-name')).toContainText(tenantName);
   await noScript.close();
 
@@ -170,7 +171,10 @@ test('a tenant admin: rule, check key to 429, rotation with grace, revocation, a
   const oldRow = page.locator(`tr[data-prefix="${checkKey.slice(0, 12)}"]`);
   await oldRow.getByTestId('rotate').click();
   await oldRow.getByTestId('grace-seconds').fill('3');
+  const rotation = page.waitForResponse((r) => r.url().endsWith('/api/keys/rotate') && r.ok());
   await oldRow.getByTestId('rotate-confirm').click();
+  await rotation;
+  // The server started the grace period before it answered: 3.5 s from now is past it.
   const rotatedAt = Date.now();
   await expect(page.getByTestId('new-key-value')).toHaveText(/^sl_chk_[0-9a-f]{64}$/);
   const newKey = (await page.getByTestId('new-key-value').textContent())!;

@@ -101,7 +101,7 @@ fn rule_info(r: Rule) -> RuleInfo {
 }
 
 fn key_info(k: ApiKey) -> KeyInfo {
-    KeyInfo {
+    let mut info = KeyInfo {
         id: k.id,
         kind: k.kind,
         name: k.name,
@@ -111,7 +111,10 @@ fn key_info(k: ApiKey) -> KeyInfo {
         revoked_at: k.revoked_at,
         last_used_at: k.last_used_at,
         replaced_by: k.replaced_by,
-    }
+        state: String::new(),
+    };
+    info.state = info.state_at(store::now_ms()).to_owned();
+    info
 }
 
 fn audit_entry(e: AuditEvent) -> AuditEntry {

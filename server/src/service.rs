@@ -537,6 +537,11 @@ impl AdminService {
         input: &SimulateInput,
     ) -> Result<Simulation, ServiceError> {
         let tenant = self.tenant(actor, tenant_id).await?;
+        if tenant.status != "active" {
+            return Err(ServiceError::Forbidden(
+                "this tenant is suspended: every check of its keys gets 403".into(),
+            ));
+        }
         check_text("route", &input.route).map_err(|m| invalid("route", m))?;
         if let Some(subject) = &input.subject {
             check_text("subject", subject).map_err(|m| invalid("subject", m))?;

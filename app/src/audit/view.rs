@@ -50,7 +50,14 @@ fn AuditLog(tenant: Signal<Option<String>>) -> impl IntoView {
     let on_filter = move |ev: SubmitEvent| {
         ev.prevent_default();
         let since_ms = time(since.get_untracked());
-        let until_ms = time(until.get_untracked()).map(|u| u.map(|ms| ms + 59_999));
+        // A "To" without seconds includes its whole minute.
+        let until_text = until.get_untracked();
+        let whole_minute = if until_text.matches(':').count() == 1 {
+            59_999
+        } else {
+            999
+        };
+        let until_ms = time(until_text).map(|u| u.map(|ms| ms + whole_minute));
         match (since_ms, until_ms) {
             (Ok(since_ms), Ok(until_ms)) => {
                 set_problem.set(None);

@@ -161,11 +161,14 @@ pub struct KeyInfo {
     pub last_used_at: Option<i64>,
     /// The key that replaced this one in a rotation.
     pub replaced_by: Option<String>,
+    /// [`KeyInfo::state_at`] when the server listed it, so that the page the server renders
+    /// and the page the browser hydrates agree.
+    pub state: String,
 }
 
 impl KeyInfo {
     /// `live`, `revoked`, `expired`, or `grace` (rotated, still working until it expires).
-    pub fn state(&self, now_ms: i64) -> &'static str {
+    pub fn state_at(&self, now_ms: i64) -> &'static str {
         if self.revoked_at.is_some() {
             "revoked"
         } else if self.expires_at.is_some_and(|e| e <= now_ms) {
@@ -272,13 +275,14 @@ mod tests {
             revoked_at: None,
             last_used_at: None,
             replaced_by: None,
+            state: String::new(),
         };
-        assert_eq!(key.state(10), "live");
+        assert_eq!(key.state_at(10), "live");
         key.replaced_by = Some("k2".into());
         key.expires_at = Some(20);
-        assert_eq!(key.state(10), "grace");
-        assert_eq!(key.state(20), "expired");
+        assert_eq!(key.state_at(10), "grace");
+        assert_eq!(key.state_at(20), "expired");
         key.revoked_at = Some(5);
-        assert_eq!(key.state(10), "revoked");
+        assert_eq!(key.state_at(10), "revoked");
     }
 }

@@ -60,10 +60,15 @@ pub fn KeysPage() -> impl IntoView {
         }
     });
 
+    // One key at a time: its plaintext waits in `pending` until the server has its hash.
+    let busy = Signal::derive(move || create.pending().get() || rotate.pending().get());
     let (kind, set_kind) = signal(KeyKind::Check);
     let (name, set_name) = signal(String::new());
     let on_create = move |ev: SubmitEvent| {
         ev.prevent_default();
+        if busy.get_untracked() {
+            return;
+        }
         set_local_error.set(None);
         match GeneratedKey::generate(kind.get_untracked()) {
             Ok(key) => {
@@ -127,7 +132,7 @@ pub fn KeysPage() -> impl IntoView {
                 <label for="key-name">"Name"</label>
                 <input id="key-name" required maxlength="100" autocomplete="off" placeholder="payments-service"
                     prop:value=name on:input=move |ev| set_name.set(event_target_value(&ev))/>
-                <button type="submit" data-testid="create-key" disabled=move || create.pending().get()>"Generate key"</button>
+                <button type="submit" data-testid="create-key" disabled=move || busy.get()>"Generate key"</button>
             </form>
             {move || local_error.get().map(|e| view! { <p class="error" role="alert">{e}</p> })}
             {move || create.value().get().and_then(Result::err).map(|e| view! { <ErrorNote error=e/> })}
@@ -141,7 +146,6 @@ pub fn KeysPage() -> impl IntoView {
                     Err(e) => view! { <ErrorNote error=e/> }.into_any(),
                     Ok(list) if list.is_empty() => view! { <p class="muted" data-testid="no-keys">"No keys yet."</p> }.into_any(),
                     Ok(list) => {
-                        let now = list.iter().map(|k| k.created_at).max().unwrap_or(0).max(now_ms());
                         view! {
                             <table class="grid" data-testid="keys-table">
                                 <thead><tr>
@@ -150,7 +154,7 @@ pub fn KeysPage() -> impl IntoView {
                                     <th scope="col">"Last used"</th><th scope="col">"State"</th><th scope="col">"Actions"</th>
                                 </tr></thead>
                                 <tbody>
-                                    {list.into_iter().map(|k| view! { <KeyRow key=k now=now on_rotate=on_rotate revoke=revoke tenant=tenant/> }).collect_view()}
+                                    {list.into_iter().map(|k| view! { <KeyRow key=k busy=busy on_rotate=on_rotate revoke=revoke tenant=tenant/> }).collect_view()}
                                 </tbody>
                             </table>
                         }.into_any()
@@ -162,29 +166,21 @@ pub fn KeysPage() -> impl IntoView {
     }
 }
 
-/// The current time in Unix ms, in the browser or on the server.
-fn now_ms() -> i64 {
-    #[cfg(feature = "hydrate")]
-    {
-        js_sys::Date::now() as i64
-    }
-    #[cfg(not(feature = "hydrate"))]
-    {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64)
-    }
-}
-
 #[component]
 fn KeyRow(
     key: KeyInfo,
-    now: i64,
+    /// A key is being created or rotated: another rotation waits for it.
+    busy: Signal<bool>,
     on_rotate: Callback<(KeyInfo, u64)>,
     revoke: ServerAction<RevokeKey>,
     tenant: Memo<String>,
 ) -> impl IntoView {
-    let state = key.state(now);
+    let state = match key.state.as_str() {
+        "live" => "live",
+        "grace" => "grace",
+        "expired" => "expired",
+        _ => "revoked",
+    };
     let usable = matches!(state, "live");
     let (rotating, set_rotating) = signal(false);
     let (grace, set_grace) = signal(DEFAULT_GRACE_SECONDS.to_string());
@@ -200,6 +196,9 @@ fn KeyRow(
         let key = key.clone();
         move |ev: SubmitEvent| {
             ev.prevent_default();
+            if busy.get_untracked() {
+                return;
+            }
             if let Ok(seconds) = grace.get_untracked().trim().parse::<u64>() {
                 set_rotating.set(false);
                 on_rotate.run((key.clone(), seconds));
@@ -240,7 +239,7 @@ fn KeyRow(
                                 <input class="short" inputmode="numeric" data-testid="grace-seconds" aria-label="Grace period in seconds"
                                     prop:value=grace on:input=move |ev| set_grace.set(event_target_value(&ev))/>
                                 " s"</label>
-                            <button type="submit" data-testid="rotate-confirm" disabled=move || grace_problem().is_some()>"Rotate now"</button>
+                            <button type="submit" data-testid="rotate-confirm" disabled=move || grace_problem().is_some() || busy.get()>"Rotate now"</button>
                             <button type="button" class="secondary" on:click=move |_| set_rotating.set(false)>"Cancel"</button>
                         </form>
                     }.into_any()),

@@ -190,7 +190,8 @@ impl RuleForm {
         let body = RuleBody {
             name: self.name.get().trim().to_owned(),
             match_kind,
-            route: (match_kind.needs_route() || !route.is_empty()).then_some(route),
+            // Rules that match no route ignore the (disabled) route field.
+            route: match_kind.needs_route().then_some(route),
             scope,
             algorithm,
             limit,

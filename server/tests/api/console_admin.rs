@@ -255,6 +255,16 @@ async fn keys_are_registered_by_hash_and_suspension_is_audited_with_who_and_when
     .await;
     let (status, _, body) = app.check(&check_key, json!({ "route": "GET /" })).await;
     assert_eq!(status, 403, "{body}");
+    // Simulating a suspended tenant says what a real check gets.
+    let error = call(
+        &app,
+        &operator,
+        "simulate",
+        json!({ "tenant": a, "input": { "route": "GET /" } }),
+    )
+    .await
+    .unwrap_err();
+    assert!(error.contains("suspended"), "{error}");
     // A suspended tenant's admin is told so.
     let error = call(&app, &alpha, "rules/list", json!({ "tenant": a }))
         .await
