@@ -3,9 +3,12 @@
 //!
 //! The instance that makes a change drops its own cache entries at once and publishes the
 //! change on the Redis channel [`CHANNEL`] (Redis Cluster propagates pub/sub to every node).
-//! Every instance subscribes and drops the same entries. After a lost subscription the
-//! subscriber clears all caches when it is back, since it may have missed changes. In
-//! embedded mode there is one instance and the local drop is the whole story.
+//! Every other instance drops the same entries; each message names the instance it came from,
+//! and an instance ignores its own (it dropped them already; dropping again would only evict
+//! entries loaded since, which hurts while the database is down). After a lost subscription
+//! the subscriber clears all caches when it is back, since it may have missed changes. A
+//! starting instance waits for its first subscription before it serves. In embedded mode
+//! there is one instance and the local drop is the whole story.
 
 use std::time::Duration;
 
@@ -28,6 +31,15 @@ pub enum Change {
     Tenant { id: String },
 }
 
+/// A change as it travels on the channel.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Envelope {
+    /// The publishing instance ([`Bus::origin`]).
+    origin: String,
+    #[serde(flatten)]
+    change: Change,
+}
+
 impl Change {
     fn apply(&self, caches: &Caches) {
         match self {
@@ -42,6 +54,7 @@ impl Change {
 pub struct Bus {
     caches: Caches,
     redis: Option<RedisBackend>,
+    origin: std::sync::Arc<str>,
 }
 
 impl Bus {
@@ -50,14 +63,28 @@ impl Bus {
             Limiter::Redis(redis) => Some(redis.clone()),
             Limiter::InProcess(_) => None,
         };
-        Self { caches, redis }
+        let origin = uuid::Uuid::new_v4().to_string().into();
+        Self {
+            caches,
+            redis,
+            origin,
+        }
+    }
+
+    /// This instance's name on the channel.
+    pub fn origin(&self) -> &str {
+        &self.origin
     }
 
     /// Drops the affected entries here and tells every other instance.
     pub async fn publish(&self, change: Change) {
         change.apply(&self.caches);
         if let Some(redis) = &self.redis {
-            let payload = serde_json::to_string(&change).unwrap_or_default();
+            let envelope = Envelope {
+                origin: self.origin.to_string(),
+                change: change.clone(),
+            };
+            let payload = serde_json::to_string(&envelope).unwrap_or_default();
             let published: Result<i64, _> = redis
                 .query(redis::cmd("PUBLISH").arg(CHANNEL).arg(payload))
                 .await;
@@ -69,8 +96,14 @@ impl Bus {
     }
 }
 
-/// Listens for changes on `urls` (tried in turn) until the process ends.
-pub fn spawn_subscriber(caches: Caches, urls: Vec<String>) -> tokio::task::JoinHandle<()> {
+/// Listens for changes on `urls` (tried in turn) until the process ends, ignoring those
+/// published by `origin` (this instance). `subscribed` is notified at every (re)subscription.
+pub fn spawn_subscriber(
+    caches: Caches,
+    urls: Vec<String>,
+    origin: String,
+    subscribed: std::sync::Arc<tokio::sync::Notify>,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut attempt = 0_usize;
         loop {
@@ -80,11 +113,13 @@ pub fn spawn_subscriber(caches: Caches, urls: Vec<String>) -> tokio::task::JoinH
                 Ok(pubsub) => {
                     // Changes may have been missed while unsubscribed.
                     caches.clear();
+                    subscribed.notify_one();
                     let mut messages = pubsub.into_on_message();
                     while let Some(message) = messages.next().await {
                         let payload: String = message.get_payload().unwrap_or_default();
-                        match serde_json::from_str::<Change>(&payload) {
-                            Ok(change) => change.apply(&caches),
+                        match serde_json::from_str::<Envelope>(&payload) {
+                            Ok(envelope) if envelope.origin == origin => {}
+                            Ok(envelope) => envelope.change.apply(&caches),
                             Err(e) => {
                                 tracing::warn!(error = %e, payload, "ignoring a malformed change message")
                             }

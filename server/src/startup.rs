@@ -46,6 +46,8 @@ fn spawn_session_cleanup(store: SqlSessionStore) -> tokio::task::JoinHandle<()> 
 
 /// How often key usage (`last_used_at`) is written.
 const USAGE_FLUSH: Duration = Duration::from_secs(10);
+/// How long a starting instance waits for its subscription to admin changes.
+const SUBSCRIBE_WAIT: Duration = Duration::from_secs(2);
 
 /// Everything a request handler may need. Handlers extract only their part.
 #[derive(Debug, Clone, FromRef)]
@@ -181,16 +183,33 @@ impl Application {
             metrics: metrics.clone(),
             usage: usage.clone(),
         };
-        let service = AdminService::new(
-            db.clone(),
-            Bus::new(caches.clone(), &limiter),
-            limiter.clone(),
-        );
+        let bus = Bus::new(caches.clone(), &limiter);
+        let origin = bus.origin().to_owned();
+        let service = AdminService::new(db.clone(), bus, limiter.clone());
         let console = ConsoleService::new(db.clone(), limiter.clone(), service.clone(), embedded);
-        match config.limiter_target() {
-            LimiterTarget::Redis(url) => drop(propagation::spawn_subscriber(caches, vec![url])),
-            LimiterTarget::Cluster(nodes) => drop(propagation::spawn_subscriber(caches, nodes)),
-            LimiterTarget::InProcess => {}
+        let urls = match config.limiter_target() {
+            LimiterTarget::Redis(url) => vec![url],
+            LimiterTarget::Cluster(nodes) => nodes,
+            LimiterTarget::InProcess => Vec::new(),
+        };
+        if !urls.is_empty() {
+            let subscribed = Arc::new(tokio::sync::Notify::new());
+            drop(propagation::spawn_subscriber(
+                caches,
+                urls,
+                origin,
+                subscribed.clone(),
+            ));
+            // Serve only once changes from other instances reach this one (Redis answered
+            // at connect, so this is quick); if it takes longer, serve and say so.
+            if tokio::time::timeout(SUBSCRIBE_WAIT, subscribed.notified())
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    "not yet subscribed to admin changes after {SUBSCRIBE_WAIT:?}; serving anyway, the subscriber keeps trying"
+                );
+            }
         }
         drop(usage.spawn_flusher(db.clone(), USAGE_FLUSH));
         drop(spawn_session_cleanup(SqlSessionStore::new(db.clone())));
