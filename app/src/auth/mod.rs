@@ -91,7 +91,8 @@ pub fn SignInPage() -> impl IntoView {
 /// The signed-in user's page; a way to check that a session works.
 #[component]
 pub fn AccountPage() -> impl IntoView {
-    let user = Resource::new(|| (), |()| current_user());
+    // The user the whole page already reads (see `App`), not a second request.
+    let user = expect_context::<UserResource>().0;
     let sign_out = ServerAction::<SignOut>::new();
     let navigate = use_navigate();
     let signed_in = use_context::<UserResource>();

@@ -66,7 +66,7 @@ impl Draft {
 }
 
 /// The form's fields, as typed.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 struct RuleForm {
     /// Whether anything was typed since the form was (re)set: problems show only then.
     dirty: RwSignal<bool>,
@@ -93,24 +93,9 @@ fn whole(field: &str, text: &str) -> Result<u64, FieldError> {
 }
 
 impl RuleForm {
+    /// A form holding the defaults of a new rule (set by [`RuleForm::reset`] alone).
     fn new() -> Self {
-        let form = Self {
-            dirty: RwSignal::new(false),
-            editing: RwSignal::new(None),
-            name: RwSignal::new(String::new()),
-            match_kind: RwSignal::new("exact".into()),
-            route: RwSignal::new(String::new()),
-            scope: RwSignal::new("tenant".into()),
-            algorithm: RwSignal::new("token_bucket".into()),
-            limit: RwSignal::new("10".into()),
-            period: RwSignal::new("1".into()),
-            unit: RwSignal::new(1000),
-            burst: RwSignal::new(String::new()),
-            penalty: RwSignal::new(false),
-            failure_mode: RwSignal::new("closed".into()),
-            shadow: RwSignal::new(false),
-            enabled: RwSignal::new(true),
-        };
+        let form = Self::default();
         form.reset();
         form
     }

@@ -8,17 +8,14 @@ use reqwest::Client;
 use serde_json::{json, Value};
 use sluice::config::Config;
 
-use crate::helpers::{new_key, rule, setup_tenant, spawn_app, TestApp};
+use crate::helpers::{embedded_with_operator, new_key, rule, setup_tenant, spawn_app, TestApp};
 use crate::services::{shared_postgres, RedisServer};
 
 const OPERATOR_PASSWORD: &str = "operator password 1";
 const ADMIN_PASSWORD: &str = "tenant admin password";
 
 async fn embedded() -> (TestApp, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = Config::embedded(dir.path().to_path_buf());
-    config.admin_password = Some(OPERATOR_PASSWORD.into());
-    (spawn_app(config).await, dir)
+    embedded_with_operator(OPERATOR_PASSWORD).await
 }
 
 /// A browser signed in as `email`.

@@ -5,15 +5,12 @@
 use serde_json::Value;
 use sluice::config::Config;
 
-use crate::helpers::{spawn_app, TestApp};
+use crate::helpers::{embedded_with_operator, TestApp};
 
 const PASSWORD: &str = "correct horse battery staple";
 
 async fn embedded_with_admin() -> (TestApp, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = Config::embedded(dir.path().to_path_buf());
-    config.admin_password = Some(PASSWORD.into());
-    (spawn_app(config).await, dir)
+    embedded_with_operator(PASSWORD).await
 }
 
 fn browser() -> reqwest::Client {

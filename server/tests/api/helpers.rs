@@ -116,6 +116,15 @@ pub async fn spawn_app(config: Config) -> TestApp {
 }
 
 /// Starts an embedded instance in a fresh data directory.
+/// An embedded instance whose bootstrap operator `admin@localhost` has `password`; the data
+/// directory lives as long as the returned handle.
+pub async fn embedded_with_operator(password: &str) -> (TestApp, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config::embedded(dir.path().to_path_buf());
+    config.admin_password = Some(password.into());
+    (spawn_app(config).await, dir)
+}
+
 pub async fn spawn_embedded() -> TestApp {
     let (config, dir) = embedded_config();
     spawn_app_keeping(config, Some(dir)).await
