@@ -16,6 +16,9 @@ in IEEE doubles; differential tests hold the two to identical answers. State is 
 KEYS[1..n]   the bucket of each rule, `sl:{<tenant>}:<rule>:<subject>`
 KEYS[n+1]    the idempotency record `slr:{<tenant>}:<request_id>` (always passed; used only
              when ARGV[2] > 0)
+KEYS[n+2]    the tenant's active-key HyperLogLog for this minute, `slk:{<tenant>}:<minute>`:
+             every bucket checked is added to it (not in a dry run), so the dashboards can
+             count active keys with PFCOUNT and no KEYS or SCAN
 ARGV[1]      now in ms, or "" to use Redis TIME (tests pass an explicit clock)
 ARGV[2]      idempotency TTL in ms; 0 = no request_id; -1 = dry run: decide, write nothing
 ARGV[3]      n, the number of rules (1..8)
@@ -43,6 +46,8 @@ end
 
 local ALLOW, DENY, NEVER = 1, 0, -1
 local MARGIN = 1000
+-- How long a minute's active-key HyperLogLog lives: the 5-minute window plus a margin.
+local ACTIVE_TTL_MS = 7 * 60 * 1000
 -- Slack for doubles that refilled to exactly the cost but read a few ulps short (model.rs).
 local EPSILON = 1e-9
 
@@ -348,5 +353,17 @@ end
 
 if dedup_ttl > 0 then
   redis.call('SET', dedup_key, cjson.encode(reply), 'PX', dedup_ttl)
+end
+
+-- Active keys: a HyperLogLog per tenant and minute (about 12 KB at most, standard error
+-- 0.81%). It gets its expiry when this call created it; a minute's key is written only in
+-- that minute, so the expiry is never pushed back.
+if not dry_run then
+  local active_key = KEYS[n + 2]
+  local fresh = redis.call('EXISTS', active_key) == 0
+  redis.call('PFADD', active_key, unpack(KEYS, 1, n))
+  if fresh then
+    redis.call('PEXPIRE', active_key, ACTIVE_TTL_MS)
+  end
 end
 return reply

@@ -7,6 +7,7 @@
 //! - [`rules`] (rules, limit specs, their validation, the reference model of every
 //!   algorithm, and the behaviour preview);
 //! - [`keys`] (key kinds, the shape of a key, keys generated and hashed in the browser);
+//! - [`dashboard`] (the live fleet and tenant dashboards);
 //! - [`audit`] (the audit log and its filters);
 //! - [`simulate`] (a dry-run check against a tenant's rules and counters).
 //!
@@ -19,6 +20,7 @@
 
 pub mod audit;
 pub mod auth;
+pub mod dashboard;
 pub mod error;
 pub mod keys;
 #[cfg(feature = "ssr")]

@@ -8,6 +8,7 @@ use leptos::prelude::use_context;
 
 use crate::audit::{AuditEntry, AuditFilter};
 use crate::auth::SignedInUser;
+use crate::dashboard::Range;
 use crate::error::AppError;
 use crate::keys::{KeyInfo, KeyKind};
 use crate::rules::{RuleBody, RuleInfo};
@@ -81,6 +82,9 @@ pub trait Console: Send + Sync + 'static {
     ) -> Result<Vec<AuditEntry>, AppError>;
 
     async fn simulate(&self, tenant: &str, input: SimulateInput) -> Result<Simulation, AppError>;
+
+    /// The dashboard of the fleet (`None`, operators) or of a tenant, as HTML.
+    async fn dashboard(&self, tenant: Option<&str>, range: Range) -> Result<String, AppError>;
 }
 
 /// The service as it is stored in Leptos context.

@@ -7,6 +7,7 @@ use leptos_router::{path, SsrMode};
 
 use crate::audit::{PlatformAuditPage, TenantAuditPage};
 use crate::auth::{current_user, AccountPage, SignInPage, SignedInUser, UserResource};
+use crate::dashboard::{FleetDashboardPage, TenantDashboardPage};
 use crate::keys::KeysPage;
 use crate::rules::RulesPage;
 use crate::simulate::SimulatePage;
@@ -68,6 +69,8 @@ pub fn App() -> impl IntoView {
                     // complete document, readable before (and without) any script.
                     <Route path=path!("/tenants") view=TenantsPage ssr=SsrMode::Async/>
                     <Route path=path!("/audit") view=PlatformAuditPage ssr=SsrMode::Async/>
+                    <Route path=path!("/dashboard") view=FleetDashboardPage ssr=SsrMode::Async/>
+                    <Route path=path!("/tenants/:tenant/dashboard") view=TenantDashboardPage ssr=SsrMode::Async/>
                     <Route path=path!("/tenants/:tenant/rules") view=RulesPage ssr=SsrMode::Async/>
                     <Route path=path!("/tenants/:tenant/keys") view=KeysPage ssr=SsrMode::Async/>
                     <Route path=path!("/tenants/:tenant/audit") view=TenantAuditPage ssr=SsrMode::Async/>
@@ -86,6 +89,7 @@ fn MainNav(user: Option<SignedInUser>) -> impl IntoView {
         Some(user) => {
             let role_links = match user.tenant_id.clone() {
                 Some(t) if user.role != "operator" => view! {
+                    <A href=format!("/tenants/{t}/dashboard")>"Dashboard"</A>
                     <A href=format!("/tenants/{t}/rules")>"Rules"</A>
                     <A href=format!("/tenants/{t}/keys")>"Keys"</A>
                     <A href=format!("/tenants/{t}/audit")>"Audit log"</A>
@@ -93,6 +97,7 @@ fn MainNav(user: Option<SignedInUser>) -> impl IntoView {
                 }
                 .into_any(),
                 _ => view! {
+                    <A href="/dashboard">"Dashboard"</A>
                     <A href="/tenants">"Tenants"</A>
                     <A href="/audit">"Audit log"</A>
                 }

@@ -19,6 +19,7 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 
 use crate::auth::Authenticator;
+use crate::dashboard::{self, Outcome};
 use crate::error::ApiError;
 use crate::limiter::{keys, CheckRequest, Limiter, LimiterError, RuleCheck};
 use crate::metrics::Metrics;
@@ -120,9 +121,9 @@ pub async fn check(
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
     let result = decide(&auth, &limiter, &metrics, &headers, body).await;
-    metrics
-        .decision_seconds
-        .observe(started.elapsed().as_secs_f64());
+    let elapsed = started.elapsed();
+    metrics.decision_seconds.observe(elapsed.as_secs_f64());
+    metrics.live.check(elapsed);
     result
 }
 
@@ -150,6 +151,7 @@ async fn decide(
     let rules = tenant.resolve(&check.route);
     if rules.is_empty() {
         metrics.decisions.with_label_values(&["", "no_rule"]).inc();
+        metrics.live.decision(&tenant_id, "", Outcome::Allowed);
         let body = CheckResponse {
             allowed: true,
             policy: None,
@@ -173,17 +175,32 @@ async fn decide(
     };
     let limiter_started = Instant::now();
     let outcome = limiter.check(&request).await;
+    let limiter_elapsed = limiter_started.elapsed();
     metrics
         .limiter_seconds
-        .observe(limiter_started.elapsed().as_secs_f64());
+        .observe(limiter_elapsed.as_secs_f64());
+    metrics.live.limiter(
+        dashboard::slot_of(limiter, &request.rules[0].key),
+        limiter_elapsed,
+    );
+    let tenant_id = request.tenant.as_str();
+    let first_policy = rules[0].body.name.as_str();
 
     let outcome = match outcome {
         Ok(outcome) => outcome,
         // A check the limiter refuses is a bug here, not an outage: no failure mode applies.
-        Err(error @ LimiterError::Invalid(_)) => return Err(error.into()),
-        Err(error) => return undecided(metrics, &rules, error),
+        Err(error @ LimiterError::Invalid(_)) => {
+            metrics
+                .live
+                .decision(tenant_id, first_policy, Outcome::Error);
+            return Err(error.into());
+        }
+        Err(error) => return undecided(metrics, tenant_id, &rules, error),
     };
     if outcome.decisions.len() != rules.len() {
+        metrics
+            .live
+            .decision(tenant_id, first_policy, Outcome::Error);
         return Err(LimiterError::Protocol(format!(
             "{} decisions for {} rules",
             outcome.decisions.len(),
@@ -197,6 +214,9 @@ async fn decide(
                 .shadow_would_deny
                 .with_label_values(&[rule.body.name.as_str()])
                 .inc();
+            metrics
+                .live
+                .decision(tenant_id, &rule.body.name, Outcome::ShadowWouldDeny);
         }
     }
     let deciding = deciding_rule(&rules, &outcome.decisions, outcome.allowed);
@@ -206,6 +226,15 @@ async fn decide(
         .decisions
         .with_label_values(&[rule.body.name.as_str(), outcome_label])
         .inc();
+    metrics.live.decision(
+        tenant_id,
+        &rule.body.name,
+        if outcome.allowed {
+            Outcome::Allowed
+        } else {
+            Outcome::Denied
+        },
+    );
     Ok(respond(rule, &decision, outcome.allowed))
 }
 
@@ -332,6 +361,7 @@ fn respond(rule: &Rule, decision: &Decision, allowed: bool) -> Response {
 /// The limiter could not decide: fail-open rules allow, any fail-closed rule answers 503.
 fn undecided(
     metrics: &Metrics,
+    tenant_id: &str,
     rules: &[std::sync::Arc<Rule>],
     error: LimiterError,
 ) -> Result<Response, ApiError> {
@@ -351,6 +381,9 @@ fn undecided(
                 .fail_closed
                 .with_label_values(&[rule.body.name.as_str()])
                 .inc();
+            metrics
+                .live
+                .decision(tenant_id, &rule.body.name, Outcome::FailClosed);
         }
         tracing::warn!(error = %error, policy = %first.body.name, "limiter unavailable; failing closed");
         return Err(ApiError::Undecided(format!(
@@ -368,6 +401,9 @@ fn undecided(
             .fail_open
             .with_label_values(&[rule.body.name.as_str()])
             .inc();
+        metrics
+            .live
+            .decision(tenant_id, &rule.body.name, Outcome::FailOpen);
     }
     tracing::warn!(error = %error, "limiter unavailable; failing open");
     let policy = enforced

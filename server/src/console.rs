@@ -14,6 +14,10 @@ use app::AppError;
 use axum::http::request::Parts;
 use tower_sessions::Session;
 
+use app::dashboard::Range;
+
+use crate::dashboard::view::Scope;
+use crate::dashboard::{render, Dashboard};
 use crate::health;
 use crate::limiter::{keys, CheckRequest, Limiter, RuleCheck};
 use crate::passwords;
@@ -137,21 +141,73 @@ fn signed_in(user: User) -> SignedInUser {
     }
 }
 
+/// Who may see which dashboard: an operator the fleet (`tenant` = `None`) or any tenant; a
+/// tenant admin their own active tenant only (another tenant is `NotFound`).
+pub async fn dashboard_scope(
+    db: &Db,
+    session: &Session,
+    tenant: Option<&str>,
+) -> Result<Scope, AppError> {
+    let Some(id) = session
+        .get::<String>(USER_ID)
+        .await
+        .map_err(session_error)?
+    else {
+        return Err(AppError::Unauthorized);
+    };
+    let user = store::users::get(db, &id)
+        .await
+        .map_err(store_error)?
+        .ok_or(AppError::Unauthorized)?;
+    let operator = user.role == "operator";
+    let Some(tenant) = tenant else {
+        return if operator {
+            Ok(Scope::Fleet)
+        } else {
+            Err(AppError::Forbidden(
+                "the fleet dashboard is for operators; your tenant's dashboard is under Dashboard"
+                    .into(),
+            ))
+        };
+    };
+    if !operator && user.tenant_id.as_deref() != Some(tenant) {
+        return Err(AppError::NotFound);
+    }
+    let found = store::tenants::get(db, tenant)
+        .await
+        .map_err(store_error)?
+        .ok_or(AppError::NotFound)?;
+    if !operator && found.status != "active" {
+        return Err(AppError::Forbidden(
+            "your tenant is suspended; ask an operator to resume it".into(),
+        ));
+    }
+    Ok(Scope::Tenant(found.id))
+}
+
 /// The console service over the store, the limiter and the admin service.
 #[derive(Debug, Clone)]
 pub struct ConsoleService {
     db: Db,
     limiter: Limiter,
     admin: AdminService,
+    dashboard: Dashboard,
     embedded: bool,
 }
 
 impl ConsoleService {
-    pub fn new(db: Db, limiter: Limiter, admin: AdminService, embedded: bool) -> Self {
+    pub fn new(
+        db: Db,
+        limiter: Limiter,
+        admin: AdminService,
+        dashboard: Dashboard,
+        embedded: bool,
+    ) -> Self {
         Self {
             db,
             limiter,
             admin,
+            dashboard,
             embedded,
         }
     }
@@ -407,6 +463,11 @@ impl Console for ConsoleService {
             .simulate(&actor, tenant, &input)
             .await
             .map_err(service_error)
+    }
+
+    async fn dashboard(&self, tenant: Option<&str>, range: Range) -> Result<String, AppError> {
+        let scope = dashboard_scope(&self.db, &session()?, tenant).await?;
+        Ok(render::html(&self.dashboard.frame(&scope, range)))
     }
 }
 

@@ -14,6 +14,7 @@
 //! - [`console`] — the implementation of the console's service port;
 //! - [`health`] — `/healthz` and `/readyz`;
 //! - [`metrics`] — `/metrics`;
+//! - [`dashboard`] — the fleet's per-second series, the dashboards' frames and their live stream;
 //! - [`error`] — the HTTP error boundary (problem+json);
 //! - [`telemetry`] — logging.
 
@@ -24,6 +25,7 @@ pub mod check;
 pub mod cli;
 pub mod config;
 pub mod console;
+pub mod dashboard;
 pub mod error;
 pub mod health;
 pub mod limiter;

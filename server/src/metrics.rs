@@ -1,6 +1,8 @@
 //! Prometheus metrics. Labels are bounded: route templates and status codes, never raw paths,
 //! subjects or keys.
 
+use std::sync::Arc;
+
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::header::CONTENT_TYPE;
 use axum::middleware::Next;
@@ -9,6 +11,8 @@ use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
     TextEncoder,
 };
+
+use crate::dashboard::Recorder;
 
 /// Every metric of one server instance, registered in its own registry (so tests that run
 /// several instances in one process do not collide).
@@ -31,6 +35,8 @@ pub struct Metrics {
     pub limiter_seconds: Histogram,
     /// Key and tenant cache lookups by result (hit, miss, stale, absent).
     pub cache_lookups: IntCounterVec,
+    /// The current second, for the fleet dashboards.
+    pub live: Arc<Recorder>,
 }
 
 const LATENCY_BUCKETS: [f64; 14] = [
@@ -132,12 +138,14 @@ impl Metrics {
             decision_seconds,
             limiter_seconds,
             cache_lookups,
+            live: Arc::default(),
         }
     }
 
     /// Counts one cache lookup.
-    pub fn cache(&self, cache: &str, result: &str) {
+    pub fn cache(&self, cache: &'static str, result: &'static str) {
         self.cache_lookups.with_label_values(&[cache, result]).inc();
+        self.live.cache(cache, result);
     }
 
     /// The text exposition of every metric.

@@ -18,6 +18,7 @@ use crate::auth::{Authenticator, UsageRecorder};
 use crate::cache::Caches;
 use crate::config::{Config, LimiterTarget};
 use crate::console::ConsoleService;
+use crate::dashboard::{self, Dashboard};
 use crate::limiter::{Limiter, RedisOptions};
 use crate::metrics::{self, Metrics};
 use crate::propagation::{self, Bus};
@@ -59,6 +60,7 @@ pub struct AppState {
     pub console: SharedConsole,
     pub auth: Authenticator,
     pub service: AdminService,
+    pub dashboard: Dashboard,
     /// Whether the session cookie is marked `Secure` (`SLUICE_SECURE_COOKIES`).
     pub secure_cookies: bool,
 }
@@ -86,6 +88,7 @@ pub fn router(state: AppState) -> Router {
         )
         .merge(admin_api::routes())
         .route("/v1/openapi.json", get(openapi::handler))
+        .route("/live/dashboard", get(dashboard::live::handler))
         .leptos_routes_with_context(
             &state,
             routes,
@@ -112,6 +115,7 @@ pub struct Application {
     router: Router,
     metrics_router: Option<Router>,
     db: Db,
+    dashboard: Dashboard,
     embedded: bool,
 }
 
@@ -186,7 +190,20 @@ impl Application {
         let bus = Bus::new(caches.clone(), &limiter);
         let origin = bus.origin().to_owned();
         let service = AdminService::new(db.clone(), bus, limiter.clone());
-        let console = ConsoleService::new(db.clone(), limiter.clone(), service.clone(), embedded);
+        let dashboard = Dashboard::new(
+            metrics.live.clone(),
+            &limiter,
+            db.clone(),
+            if embedded { "embedded" } else { "distributed" },
+        );
+        drop(dashboard.spawn());
+        let console = ConsoleService::new(
+            db.clone(),
+            limiter.clone(),
+            service.clone(),
+            dashboard.clone(),
+            embedded,
+        );
         let urls = match config.limiter_target() {
             LimiterTarget::Redis(url) => vec![url],
             LimiterTarget::Cluster(nodes) => nodes,
@@ -224,6 +241,7 @@ impl Application {
             console: SharedConsole(Arc::new(console)),
             auth,
             service,
+            dashboard: dashboard.clone(),
             secure_cookies: config.secure_cookies,
         };
         let metrics_router = metrics_listener.as_ref().map(|_| {
@@ -238,6 +256,7 @@ impl Application {
             router: router(state),
             metrics_router,
             db,
+            dashboard,
             embedded,
         })
     }
@@ -263,6 +282,11 @@ impl Application {
     /// The configuration store this instance uses.
     pub fn db(&self) -> Db {
         self.db.clone()
+    }
+
+    /// This instance's dashboards (the fleet as it last read it).
+    pub fn dashboard(&self) -> Dashboard {
+        self.dashboard.clone()
     }
 
     pub fn is_embedded(&self) -> bool {

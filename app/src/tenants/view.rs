@@ -187,11 +187,12 @@ fn AddAdminForm(
 pub fn TenantTabs(
     /// The tenant's id.
     tenant: Memo<String>,
-    /// Which tab is open: `rules`, `keys`, `audit` or `simulate`.
+    /// Which tab is open: `dashboard`, `rules`, `keys`, `audit` or `simulate`.
     current: &'static str,
 ) -> impl IntoView {
     let info = Resource::new(move || tenant.get(), super::get_tenant);
     let tabs = [
+        ("dashboard", "Dashboard"),
         ("rules", "Rules"),
         ("keys", "Keys"),
         ("audit", "Audit log"),

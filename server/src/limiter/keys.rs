@@ -39,6 +39,24 @@ pub fn rule_part(rule_id: &str, algorithm: app::rules::Algorithm) -> String {
     format!("{rule_id}.{tag}")
 }
 
+/// How many minutes of active-key HyperLogLogs make up "active": a bucket is active when it
+/// was checked in the current minute or the four before it.
+pub const ACTIVE_WINDOW_MINUTES: i64 = 5;
+
+/// The active-key HyperLogLog of one tenant for one minute (Unix ms / 60,000):
+/// `slk:{<tenant>}:<minute>`. `lua/check.lua` adds every bucket it checks.
+pub fn active(tenant: &str, minute: i64) -> String {
+    format!("slk:{{{tenant}}}:{minute}")
+}
+
+/// The HyperLogLogs whose union is the tenant's active keys at `now_ms`.
+pub fn active_window(tenant: &str, now_ms: i64) -> Vec<String> {
+    let minute = now_ms.div_euclid(60_000);
+    (0..ACTIVE_WINDOW_MINUTES)
+        .map(|back| active(tenant, minute - back))
+        .collect()
+}
+
 /// The idempotency record of one request id: `slr:{<tenant>}:<hash of the id>`.
 pub fn request(tenant: &str, request_id: &str) -> String {
     format!("slr:{{{tenant}}}:{}", short_hash(request_id))

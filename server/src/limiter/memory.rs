@@ -200,6 +200,32 @@ impl MemoryBackend {
         self.shards.iter().map(|s| lock(s).sweep(now)).sum()
     }
 
+    /// Live buckets per tenant at `now` (the in-process twin of the active-key
+    /// HyperLogLogs: exact, and a bucket counts until it expires rather than for five
+    /// minutes after its last check).
+    pub fn active_by_tenant(&self, now: i64) -> HashMap<String, u64> {
+        let mut counts: HashMap<String, u64> = HashMap::new();
+        for shard in self.shards.iter() {
+            let shard = lock(shard);
+            for (key, (_, expires)) in &shard.buckets {
+                if *expires <= now {
+                    continue;
+                }
+                let tenant = key
+                    .split_once('{')
+                    .and_then(|(_, rest)| rest.split_once('}'))
+                    .map_or("", |(tenant, _)| tenant);
+                match counts.get_mut(tenant) {
+                    Some(n) => *n += 1,
+                    None => {
+                        counts.insert(tenant.to_owned(), 1);
+                    }
+                }
+            }
+        }
+        counts
+    }
+
     /// The number of stored keys (buckets and idempotency records), expired or not.
     pub fn len(&self) -> usize {
         self.shards

@@ -133,6 +133,33 @@ impl RedisBackend {
         }
     }
 
+    /// Sends a pipeline (every key in one Cluster slot) and waits at most `deadline`; for
+    /// the dashboards' series, which are not on the check path.
+    pub async fn pipeline<T: redis::FromRedisValue>(
+        &self,
+        pipe: &redis::Pipeline,
+        deadline: Duration,
+    ) -> Result<T, LimiterError> {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len();
+        match &self.conns[i] {
+            Conn::Single(conn) => within(deadline, pipe.query_async(&mut conn.clone())).await,
+            Conn::Cluster(conn) => within(deadline, pipe.query_async(&mut conn.clone())).await,
+        }
+    }
+
+    /// Sends one command and waits at most `deadline` (longer than a check's).
+    pub async fn query_within<T: redis::FromRedisValue>(
+        &self,
+        cmd: &redis::Cmd,
+        deadline: Duration,
+    ) -> Result<T, LimiterError> {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len();
+        match &self.conns[i] {
+            Conn::Single(conn) => within(deadline, cmd.query_async(&mut conn.clone())).await,
+            Conn::Cluster(conn) => within(deadline, cmd.query_async(&mut conn.clone())).await,
+        }
+    }
+
     pub async fn ping(&self) -> Result<(), LimiterError> {
         let _: String = self.query(&redis::cmd("PING")).await?;
         Ok(())
@@ -178,11 +205,15 @@ fn algorithm_code(algorithm: Algorithm) -> u8 {
 fn add_script_args(cmd: &mut redis::Cmd, request: &CheckRequest) {
     let n = request.rules.len();
     let reply_key = request.reply_key();
-    cmd.arg(n + 1);
+    let now_ms = request.now_ms.unwrap_or_else(crate::store::now_ms);
+    cmd.arg(n + 2);
     for rule in &request.rules {
         cmd.arg(&rule.key);
     }
-    cmd.arg(reply_key);
+    cmd.arg(reply_key).arg(super::keys::active(
+        &request.tenant,
+        now_ms.div_euclid(60_000),
+    ));
     match request.now_ms {
         Some(now) => cmd.arg(now),
         None => cmd.arg(""),

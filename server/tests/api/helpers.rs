@@ -7,6 +7,7 @@ use rand::RngCore;
 use reqwest::header::HeaderMap;
 use serde_json::{json, Value};
 use sluice::config::Config;
+use sluice::dashboard::Dashboard;
 use sluice::startup::Application;
 use sluice::store::Db;
 use tokio::sync::oneshot;
@@ -18,6 +19,7 @@ pub struct TestApp {
     pub metrics_address: Option<SocketAddr>,
     pub client: reqwest::Client,
     pub db: Db,
+    pub dashboard: Dashboard,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<anyhow::Result<()>>>,
     _data_dir: Option<tempfile::TempDir>,
@@ -135,6 +137,7 @@ async fn spawn_app_keeping(config: Config, data_dir: Option<tempfile::TempDir>) 
     let address = app.address();
     let metrics_address = app.metrics_address();
     let db = app.db();
+    let dashboard = app.dashboard();
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(app.run_until(async move {
         let _ = stopped.await;
@@ -144,6 +147,7 @@ async fn spawn_app_keeping(config: Config, data_dir: Option<tempfile::TempDir>) 
         metrics_address,
         client: reqwest::Client::new(),
         db,
+        dashboard,
         stop: Some(stop),
         task: Some(task),
         _data_dir: data_dir,

@@ -6,11 +6,16 @@
 #![allow(clippy::unwrap_used, clippy::print_stderr)]
 
 mod helpers;
+/// The benchmark's open-loop load generator, reused to load the dashboards.
+#[allow(dead_code)]
+#[path = "../../examples/check_bench/loadgen.rs"]
+mod loadgen;
 mod services;
 
 mod check_api;
 mod console_admin;
 mod console_auth;
+mod dashboard;
 mod harness;
 mod health;
 mod lifecycle;

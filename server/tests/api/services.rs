@@ -120,6 +120,8 @@ impl RedisServer {
         let child = Command::new(binary("redis-server"))
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            // Fault tests slow the server with DEBUG SLEEP (off by default since Redis 7).
+            .args(["--enable-debug-command", "local"])
             .arg("--dir")
             .arg(self.dir.path())
             .args(&self.extra)

@@ -1,0 +1,90 @@
+//! The live dashboards: the operator's fleet view and a tenant's own view. The server renders
+//! each frame (plotters SVG charts and tables) from the fleet's per-second series; the page
+//! shows the first frame in its HTML and then takes a new one every second, pushed over
+//! server-sent events from `/live/dashboard`.
+
+mod view;
+
+use leptos::prelude::*;
+use leptos::server_fn::codec::Json;
+use serde::{Deserialize, Serialize};
+
+use crate::error::AppError;
+
+pub use view::{FleetDashboardPage, TenantDashboardPage};
+
+/// The time a dashboard covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub enum Range {
+    /// 5 minutes at 1 s.
+    #[default]
+    #[serde(rename = "5m")]
+    FiveMinutes,
+    /// 1 hour at 5 s.
+    #[serde(rename = "1h")]
+    Hour,
+    /// 24 hours at 2 min.
+    #[serde(rename = "24h")]
+    Day,
+}
+
+impl Range {
+    pub const ALL: [Range; 3] = [Range::FiveMinutes, Range::Hour, Range::Day];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Range::FiveMinutes => "5m",
+            Range::Hour => "1h",
+            Range::Day => "24h",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Range> {
+        Range::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+
+    /// The whole span in seconds.
+    pub fn seconds(self) -> i64 {
+        match self {
+            Range::FiveMinutes => 300,
+            Range::Hour => 3600,
+            Range::Day => 86_400,
+        }
+    }
+
+    /// The width of one point of the charts, in seconds.
+    pub fn bin_seconds(self) -> i64 {
+        match self {
+            Range::FiveMinutes => 1,
+            Range::Hour => 5,
+            Range::Day => 120,
+        }
+    }
+}
+
+/// The dashboard of the fleet (`tenant` = `None`, operators) or of one tenant, as HTML: the
+/// frame the live stream would push now.
+#[server(prefix = "/api", endpoint = "dashboard", input = Json)]
+pub async fn dashboard_frame(tenant: Option<String>, range: Range) -> Result<String, AppError> {
+    crate::port::console()?
+        .dashboard(tenant.as_deref(), range)
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Range;
+
+    #[test]
+    fn ranges_round_trip_and_bin_evenly() {
+        for r in Range::ALL {
+            assert_eq!(Range::parse(r.as_str()), Some(r));
+            assert_eq!(r.seconds() % r.bin_seconds(), 0);
+            assert!(
+                r.seconds() / r.bin_seconds() <= 720,
+                "{r:?} has too many points"
+            );
+        }
+        assert_eq!(Range::parse("7d"), None);
+    }
+}

@@ -1,0 +1,189 @@
+//! The dashboard pages. The first frame comes with the page (rendered on the server); once the
+//! page is live it opens an `EventSource` on `/live/dashboard` and shows each pushed frame.
+
+use leptos::prelude::*;
+
+use super::{dashboard_frame, Range};
+use crate::tenants::TenantTabs;
+use crate::ui::{use_tenant, ErrorNote};
+
+/// The operator's view of the whole fleet.
+#[component]
+pub fn FleetDashboardPage() -> impl IntoView {
+    view! {
+        <h1>"Fleet dashboard"</h1>
+        <p class="lead">
+            "Decisions, denials, Redis latency and active keys of every instance, updated every second."
+        </p>
+        <Dashboard tenant=Signal::derive(|| None)/>
+    }
+}
+
+/// One tenant's own policies.
+#[component]
+pub fn TenantDashboardPage() -> impl IntoView {
+    let tenant = use_tenant();
+    view! {
+        <TenantTabs tenant=tenant current="dashboard"/>
+        <Dashboard tenant=Signal::derive(move || Some(tenant.get()))/>
+    }
+}
+
+/// What the live connection is doing, for the status badge (only the browser changes it).
+#[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Link {
+    /// Server-rendered; the browser has not connected yet.
+    Waiting,
+    Connecting,
+    Live,
+    Reconnecting,
+    /// The server refused the stream (signed out, or no access).
+    Stopped,
+}
+
+impl Link {
+    fn as_str(self) -> &'static str {
+        match self {
+            Link::Waiting => "waiting",
+            Link::Connecting => "connecting",
+            Link::Live => "live",
+            Link::Reconnecting => "reconnecting",
+            Link::Stopped => "stopped",
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Link::Waiting | Link::Connecting => "connecting…",
+            Link::Live => "live: a new frame every second",
+            Link::Reconnecting => "connection lost; reconnecting…",
+            Link::Stopped => "updates stopped; reload the page (you may need to sign in again)",
+        }
+    }
+}
+
+#[component]
+fn Dashboard(tenant: Signal<Option<String>>) -> impl IntoView {
+    let range = RwSignal::new(Range::default());
+    let first = Resource::new(
+        move || (tenant.get(), range.get()),
+        |(tenant, range)| dashboard_frame(tenant, range),
+    );
+    let pushed = RwSignal::new(None::<String>);
+    let link = RwSignal::new(Link::Waiting);
+    #[cfg(feature = "hydrate")]
+    live::connect(tenant, range, pushed, link);
+
+    let choose = move |r: Range| {
+        if range.get_untracked() != r {
+            pushed.set(None);
+            range.set(r);
+        }
+    };
+    view! {
+        <div class="dash-bar">
+            <div class="range" role="group" aria-label="Time range">
+                {Range::ALL.map(|r| view! {
+                    <button type="button" class="secondary" data-testid=format!("range-{}", r.as_str())
+                        aria-pressed=move || (range.get() == r).to_string()
+                        on:click=move |_| choose(r)>{r.as_str()}</button>
+                }).collect_view()}
+            </div>
+            <span class="live-status" data-testid="live-status" data-status=move || link.get().as_str()>
+                {move || link.get().label()}
+            </span>
+        </div>
+        <Transition fallback=|| view! { <p class="muted">"Loading the dashboard…"</p> }>
+            {move || match pushed.get() {
+                Some(html) => view! { <div class="frame" inner_html=html></div> }.into_any(),
+                None => first.get().map(|reading| match reading {
+                    Ok(html) => view! { <div class="frame" inner_html=html></div> }.into_any(),
+                    Err(e) => view! { <ErrorNote error=e/> }.into_any(),
+                }).into_any(),
+            }}
+        </Transition>
+    }
+}
+
+#[cfg(feature = "hydrate")]
+mod live {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    use leptos::prelude::*;
+    use send_wrapper::SendWrapper;
+    use wasm_bindgen::prelude::*;
+    use wasm_bindgen::JsCast;
+    use web_sys::{Event, EventSource, MessageEvent};
+
+    use super::{Link, Range};
+
+    /// An open stream and the callbacks it calls (kept alive as long as it is open).
+    struct Open {
+        source: EventSource,
+        _on_frame: Closure<dyn FnMut(MessageEvent)>,
+        _on_error: Closure<dyn FnMut(Event)>,
+    }
+
+    type Slot = Rc<RefCell<Option<Open>>>;
+
+    fn close(slot: &Slot) {
+        if let Some(open) = slot.borrow_mut().take() {
+            open.source.close();
+        }
+    }
+
+    /// Follows `/live/dashboard` for the current tenant and range; a new range reconnects,
+    /// leaving the page closes the stream.
+    pub fn connect(
+        tenant: Signal<Option<String>>,
+        range: RwSignal<Range>,
+        pushed: RwSignal<Option<String>>,
+        link: RwSignal<Link>,
+    ) {
+        let slot: Slot = Rc::default();
+        let effect_slot = slot.clone();
+        Effect::new(move |_| {
+            let range = range.get().as_str();
+            let url = match tenant.get() {
+                Some(t) => format!(
+                    "/live/dashboard?tenant={}&range={range}",
+                    String::from(js_sys::encode_uri_component(&t))
+                ),
+                None => format!("/live/dashboard?range={range}"),
+            };
+            close(&effect_slot);
+            link.set(Link::Connecting);
+            let Ok(source) = EventSource::new(&url) else {
+                link.set(Link::Stopped);
+                return;
+            };
+            let on_frame = Closure::<dyn FnMut(MessageEvent)>::new(move |ev: MessageEvent| {
+                if let Some(html) = ev.data().as_string() {
+                    pushed.set(Some(html));
+                    link.set(Link::Live);
+                }
+            });
+            let _ =
+                source.add_event_listener_with_callback("frame", on_frame.as_ref().unchecked_ref());
+            let watched = source.clone();
+            let on_error = Closure::<dyn FnMut(Event)>::new(move |_: Event| {
+                // CLOSED: the server refused; the browser will not retry.
+                link.set(if watched.ready_state() == EventSource::CLOSED {
+                    Link::Stopped
+                } else {
+                    Link::Reconnecting
+                });
+            });
+            source.set_onerror(Some(on_error.as_ref().unchecked_ref()));
+            *effect_slot.borrow_mut() = Some(Open {
+                source,
+                _on_frame: on_frame,
+                _on_error: on_error,
+            });
+        });
+        let cleanup = SendWrapper::new(slot);
+        on_cleanup(move || close(&cleanup));
+    }
+}

@@ -1,0 +1,302 @@
+//! Live dashboards for the whole fleet.
+//!
+//! - [`recorder`]: what this instance saw in the current second. The check path records
+//!   each decision, its limiter round trip (by Cluster slot) and its cache lookups.
+//! - [`series`]: where every instance's seconds are summed. That is Redis (1 hour at 1 s
+//!   and 7 days at 1 min) or, for an embedded instance, memory. It also holds the instances'
+//!   heartbeats and the active-key counts.
+//! - [`view`]: this instance's copy of the fleet, refreshed every second, and the
+//!   [`view::Frame`] of a scope (the fleet or one tenant) over a range.
+//! - [`render`]: a frame as HTML with plotters SVG charts.
+//! - [`live`]: `GET /live/dashboard`, which pushes a new frame to the browser every second
+//!   over server-sent events.
+//!
+//! One task per instance does the work once a second, just after the second ends. It takes
+//! the recorder's second, writes it with a heartbeat, re-reads the last few seconds of the
+//! fleet (another instance may write its second a little later), and wakes the streams.
+//! A second that cannot be written (Redis down) is kept and written later, for up to 10
+//! minutes.
+
+pub mod live;
+pub mod recorder;
+pub mod render;
+pub mod series;
+pub mod view;
+
+use std::collections::VecDeque;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use tokio::sync::broadcast;
+
+use crate::limiter::{keys, Limiter};
+use crate::store::{self, Db};
+pub use recorder::{Outcome, Recorder, Snapshot};
+use series::{Beat, SeriesStore, SEP};
+use view::{Frame, Scope, View};
+
+/// Seconds kept for a later write while the store cannot be written.
+const PENDING_MAX: usize = 600;
+/// Seconds re-read each tick, for instances that write a little later.
+const REREAD: i64 = 4;
+/// How often active keys and tenant names are refreshed.
+const SLOW_EVERY: i64 = 5;
+
+/// This instance's side of the dashboards. Cloning shares it.
+#[derive(Debug, Clone)]
+pub struct Dashboard {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    recorder: Arc<Recorder>,
+    store: SeriesStore,
+    db: Db,
+    view: RwLock<View>,
+    /// The second just read into the view; streams wake on it.
+    ticks: broadcast::Sender<i64>,
+    id: String,
+    mode: String,
+    limiter_kind: String,
+    started_ms: i64,
+}
+
+fn now_ms() -> i64 {
+    store::now_ms()
+}
+
+impl Dashboard {
+    /// The dashboards of an instance that records into `recorder`; `mode` is "embedded" or
+    /// "distributed".
+    pub fn new(recorder: Arc<Recorder>, limiter: &Limiter, db: Db, mode: &str) -> Self {
+        let store = match limiter {
+            Limiter::InProcess(memory) => SeriesStore::memory(memory.clone()),
+            Limiter::Redis(redis) => SeriesStore::Redis(redis.clone()),
+        };
+        let (ticks, _) = broadcast::channel(16);
+        let id = uuid::Uuid::new_v4().simple().to_string()[..12].to_owned();
+        Self {
+            inner: Arc::new(Inner {
+                recorder,
+                store,
+                db,
+                view: RwLock::default(),
+                ticks,
+                id,
+                mode: mode.to_owned(),
+                limiter_kind: limiter.kind().as_str().to_owned(),
+                started_ms: now_ms(),
+            }),
+        }
+    }
+
+    /// This instance's id in the fleet.
+    pub fn instance_id(&self) -> &str {
+        &self.inner.id
+    }
+
+    pub fn store(&self) -> &SeriesStore {
+        &self.inner.store
+    }
+
+    /// The frame of `scope` over `range`, from the view as last read.
+    pub fn frame(&self, scope: &Scope, range: app::dashboard::Range) -> Frame {
+        self.view().frame(scope, range)
+    }
+
+    fn view(&self) -> std::sync::RwLockReadGuard<'_, View> {
+        self.inner
+            .view
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn view_mut(&self) -> std::sync::RwLockWriteGuard<'_, View> {
+        self.inner
+            .view
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A receiver woken with each second read into the view.
+    pub fn subscribe(&self) -> broadcast::Receiver<i64> {
+        self.inner.ticks.subscribe()
+    }
+
+    /// Runs the once-a-second work until the process ends.
+    pub fn spawn(&self) -> tokio::task::JoinHandle<()> {
+        let dashboard = self.clone();
+        tokio::spawn(async move { dashboard.run().await })
+    }
+
+    async fn run(&self) {
+        let mut pending: VecDeque<(i64, Vec<(String, i64)>)> = VecDeque::new();
+        let mut shard_map: Option<Vec<(u16, u16, String)>> = None;
+        let mut loaded = false;
+        let mut failing = false;
+        let mut tick: i64 = 0;
+        loop {
+            // Wake just after the second ends.
+            let now = now_ms();
+            let next = (now.div_euclid(1000) + 1) * 1000 + 30;
+            tokio::time::sleep(Duration::from_millis((next - now) as u64)).await;
+            let second = now_ms().div_euclid(1000) - 1;
+            tick += 1;
+
+            if tick % 30 == 1 {
+                match self.inner.store.shard_map().await {
+                    Ok(map) => shard_map = map,
+                    Err(e) => tracing::debug!(error = %e, "cannot read the Cluster's slots"),
+                }
+            }
+            let snapshot = self.inner.recorder.take();
+            let checks = snapshot.decision.count();
+            pending.push_back((second, self.fields(&snapshot, shard_map.as_deref())));
+            while pending.len() > PENDING_MAX {
+                pending.pop_front();
+            }
+            let beat = Beat {
+                id: self.inner.id.clone(),
+                version: env!("CARGO_PKG_VERSION").to_owned(),
+                mode: self.inner.mode.clone(),
+                limiter: self.inner.limiter_kind.clone(),
+                started_ms: self.inner.started_ms,
+                last_ms: now_ms(),
+                checks,
+            };
+            while let Some((sec, fields)) = pending.front() {
+                if *sec < second - series::SECONDS_KEPT {
+                    pending.pop_front();
+                    continue;
+                }
+                match self.inner.store.write(*sec, fields, &beat).await {
+                    Ok(()) => {
+                        pending.pop_front();
+                        if failing {
+                            tracing::info!("dashboard series written again");
+                            failing = false;
+                        }
+                    }
+                    Err(e) => {
+                        if !failing {
+                            tracing::warn!(error = %e, pending = pending.len(), "cannot write the dashboard series; keeping them to retry");
+                            failing = true;
+                        }
+                        break;
+                    }
+                }
+            }
+
+            if let Err(e) = self.refresh(second, !loaded, tick % SLOW_EVERY == 1).await {
+                tracing::debug!(error = %e, "cannot read the dashboard series");
+                continue;
+            }
+            loaded = true;
+            let _ = self.inner.ticks.send(second);
+        }
+    }
+
+    /// Reads the fleet into the view: the last few seconds (or the whole hour and day at
+    /// first), the current minutes, the instances, and now and then active keys and names.
+    async fn refresh(
+        &self,
+        second: i64,
+        everything: bool,
+        slow: bool,
+    ) -> Result<(), crate::limiter::LimiterError> {
+        let store = &self.inner.store;
+        let from = if everything {
+            second - series::SECONDS_KEPT + 1
+        } else {
+            second - REREAD
+        };
+        let seconds = store.seconds(from, second).await?;
+        let minute = second.div_euclid(60);
+        let minute_from = if everything {
+            minute - 24 * 60
+        } else {
+            minute - 1
+        };
+        let minutes = store.minutes(minute_from, minute).await?;
+        let instances = store.alive(now_ms()).await?;
+        let mut slow_data = None;
+        if slow || everything {
+            match store::tenants::list(&self.inner.db).await {
+                Ok(tenants) => {
+                    let ids: Vec<String> = tenants.iter().map(|t| t.id.clone()).collect();
+                    let active = store.active_keys(&ids, now_ms()).await?;
+                    let names = tenants.into_iter().map(|t| (t.id, t.name)).collect();
+                    slow_data = Some((active, names));
+                }
+                Err(e) => tracing::debug!(error = %e, "cannot list tenants for the dashboard"),
+            }
+        }
+        let mut view = self.view_mut();
+        view.put_seconds(seconds, from, second);
+        view.put_minutes(minutes, minute_from, minute);
+        view.instances = instances;
+        if let Some((active, names)) = slow_data {
+            view.active = active;
+            view.names = names;
+        }
+        Ok(())
+    }
+
+    /// A snapshot as stored fields. Slots become shards through the Cluster's slot map.
+    fn fields(&self, s: &Snapshot, shard_map: Option<&[(u16, u16, String)]>) -> Vec<(String, i64)> {
+        let id = &self.inner.id;
+        let mut out = Vec::new();
+        let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        for (tenant, policies) in &s.decisions {
+            for (policy, counts) in policies {
+                for o in Outcome::ALL {
+                    if counts[o.index()] > 0 {
+                        out.push((
+                            format!("c{SEP}{tenant}{SEP}{policy}{SEP}{}", o.as_str()),
+                            n(counts[o.index()]),
+                        ));
+                    }
+                }
+            }
+        }
+        let mut by_shard: std::collections::BTreeMap<String, recorder::Histogram> =
+            std::collections::BTreeMap::new();
+        for (slot, h) in &s.limiter {
+            let shard = match (slot, shard_map) {
+                (Some(slot), Some(map)) => map
+                    .iter()
+                    .find(|(start, end, _)| (start..=end).contains(&slot))
+                    .map_or_else(|| "unknown".to_owned(), |(_, _, s)| s.clone()),
+                (Some(_), None) => "cluster".to_owned(),
+                (None, _) => self.inner.limiter_kind.clone(),
+            };
+            by_shard.entry(shard).or_default().merge(h);
+        }
+        for (shard, h) in &by_shard {
+            for (i, c) in h.counts.iter().enumerate() {
+                if *c > 0 {
+                    out.push((format!("r{SEP}{shard}{SEP}{i}"), n(*c)));
+                }
+            }
+            out.push((format!("rx{SEP}{shard}{SEP}{id}"), n(h.max_us)));
+        }
+        for (i, c) in s.decision.counts.iter().enumerate() {
+            if *c > 0 {
+                out.push((format!("d{SEP}{i}"), n(*c)));
+            }
+        }
+        if s.decision.count() > 0 {
+            out.push((format!("dx{SEP}{id}"), n(s.decision.max_us)));
+        }
+        for ((cache, result), v) in &s.cache {
+            out.push((format!("k{SEP}{cache}{SEP}{result}"), n(*v)));
+        }
+        out
+    }
+}
+
+/// The Cluster slot of a check's keys, when the limiter is a Cluster (for per-shard latency).
+pub fn slot_of(limiter: &Limiter, first_key: &str) -> Option<u16> {
+    (limiter.kind() == crate::limiter::BackendKind::RedisCluster).then(|| keys::slot(first_key))
+}

@@ -1,0 +1,560 @@
+//! A [`Frame`] as HTML: summary tiles, two plotters SVG charts (decisions per second with
+//! allowed and denied stacked; limiter latency percentiles, per shard on a Cluster) and the
+//! tables. Everything user-supplied (tenant and policy names) is escaped.
+
+use std::fmt::Write as _;
+
+use plotters::coord::CoordTranslate;
+use plotters::prelude::*;
+
+use super::recorder::Outcome;
+use super::view::{max_bound_ms, Frame, Latency, Scope, Top};
+
+const ALLOWED: RGBColor = RGBColor(31, 122, 77);
+const DENIED: RGBColor = RGBColor(196, 61, 50);
+const GRID: RGBColor = RGBColor(225, 232, 232);
+const SHARD_COLORS: [RGBColor; 6] = [
+    RGBColor(110, 84, 160),
+    RGBColor(200, 130, 20),
+    RGBColor(20, 140, 170),
+    RGBColor(150, 90, 60),
+    RGBColor(170, 60, 130),
+    RGBColor(90, 110, 40),
+];
+const WIDTH: u32 = 760;
+const HEIGHT: u32 = 280;
+
+/// Escapes text for HTML content and attributes.
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// `HH:MM:SS` (UTC) of a Unix second; `HH:MM` when `minutes`.
+fn clock(t: i64, minutes: bool) -> String {
+    let d = t.rem_euclid(86_400);
+    if minutes {
+        format!("{:02}:{:02}", d / 3600, d / 60 % 60)
+    } else {
+        format!("{:02}:{:02}:{:02}", d / 3600, d / 60 % 60, d % 60)
+    }
+}
+
+/// A number with a unit prefix: 950, 12.3k, 4.5M.
+fn short(n: f64) -> String {
+    if n >= 1e6 {
+        format!("{:.1}M", n / 1e6)
+    } else if n >= 1e4 {
+        format!("{:.0}k", n / 1e3)
+    } else if n >= 1e3 {
+        format!("{:.1}k", n / 1e3)
+    } else if n >= 10.0 || n == n.trunc() {
+        format!("{n:.0}")
+    } else {
+        format!("{n:.1}")
+    }
+}
+
+fn ms(v: f64) -> String {
+    if v < 1.0 {
+        format!("{v:.2} ms")
+    } else if v < 10.0 {
+        format!("{v:.1} ms")
+    } else {
+        format!("{v:.0} ms")
+    }
+}
+
+type DrawResult = Result<(), String>;
+
+fn fail(e: &dyn std::fmt::Debug) -> String {
+    format!("cannot draw the chart: {e:?}")
+}
+
+/// Decisions per second, allowed stacked on denied.
+pub fn decisions_svg(frame: &Frame) -> Result<String, String> {
+    let mut svg = String::new();
+    draw_decisions(frame, &mut svg)?;
+    Ok(svg)
+}
+
+fn draw_decisions(frame: &Frame, svg: &mut String) -> DrawResult {
+    let root = SVGBackend::with_string(svg, (WIDTH, HEIGHT)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| fail(&e))?;
+    let bin = frame.bin_seconds as f64;
+    let rate = |p: &super::view::Point, o: Outcome| p.counts[o.index()] as f64 / bin;
+    let peak = frame
+        .points
+        .iter()
+        .map(|p| rate(p, Outcome::Allowed) + rate(p, Outcome::Denied))
+        .fold(0.0_f64, f64::max);
+    let top = (peak * 1.35).max(1.0);
+    let (x0, x1) = span(frame);
+    let mut chart = ChartBuilder::on(&root)
+        .margin(10)
+        .x_label_area_size(36)
+        .y_label_area_size(64)
+        .build_cartesian_2d(x0..x1, 0.0..top)
+        .map_err(|e| fail(&e))?;
+    let minutes = frame.range == app::dashboard::Range::Day;
+    let time = |t: &f64| clock(t.round() as i64, minutes);
+    let value = |v: &f64| short(*v);
+    chart
+        .configure_mesh()
+        .x_desc("time (UTC)")
+        .y_desc("decisions per second")
+        .x_labels(6)
+        .y_labels(5)
+        .x_label_formatter(&time)
+        .y_label_formatter(&value)
+        .label_style(("sans-serif", 15))
+        .axis_desc_style(("sans-serif", 16))
+        .light_line_style(WHITE)
+        .bold_line_style(GRID)
+        .draw()
+        .map_err(|e| fail(&e))?;
+    let at = |p: &super::view::Point| p.t as f64;
+    chart
+        .draw_series(AreaSeries::new(
+            frame
+                .points
+                .iter()
+                .map(|p| (at(p), rate(p, Outcome::Allowed) + rate(p, Outcome::Denied))),
+            0.0,
+            ALLOWED.mix(0.55),
+        ))
+        .map_err(|e| fail(&e))?
+        .label("allowed")
+        .legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], ALLOWED.filled()));
+    chart
+        .draw_series(AreaSeries::new(
+            frame
+                .points
+                .iter()
+                .map(|p| (at(p), rate(p, Outcome::Denied))),
+            0.0,
+            DENIED.mix(0.75),
+        ))
+        .map_err(|e| fail(&e))?
+        .label("denied")
+        .legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], DENIED.filled()));
+    legend(&mut chart)?;
+    root.present().map_err(|e| fail(&e))
+}
+
+/// The x range of a frame's charts: its first second to one bin past its last point.
+fn span(frame: &Frame) -> (f64, f64) {
+    let first = frame.points.first().map_or(0, |p| p.t) as f64;
+    let last = frame.points.last().map_or(1, |p| p.t) as f64;
+    (first, last.max(first + 1.0))
+}
+
+fn legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+) -> DrawResult {
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .label_font(("sans-serif", 16))
+        .background_style(WHITE.mix(0.85))
+        .border_style(GRID)
+        .draw()
+        .map_err(|e| fail(&e))
+}
+
+/// Limiter round-trip percentiles over time, and each shard's p99 on a Cluster.
+pub fn latency_svg(frame: &Frame) -> Result<String, String> {
+    let mut svg = String::new();
+    draw_latency(frame, &mut svg)?;
+    Ok(svg)
+}
+
+fn draw_latency(frame: &Frame, svg: &mut String) -> DrawResult {
+    let root = SVGBackend::with_string(svg, (WIDTH, HEIGHT)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| fail(&e))?;
+    let peak = frame
+        .points
+        .iter()
+        .filter_map(|p| p.limiter.map(|l| l.max))
+        .fold(0.0_f64, f64::max);
+    let top = (peak * 1.35).clamp(1.0, max_bound_ms() * 1.35);
+    let (x0, x1) = span(frame);
+    let mut chart = ChartBuilder::on(&root)
+        .margin(10)
+        .x_label_area_size(36)
+        .y_label_area_size(64)
+        .build_cartesian_2d(x0..x1, 0.0..top)
+        .map_err(|e| fail(&e))?;
+    let minutes = frame.range == app::dashboard::Range::Day;
+    let time = |t: &f64| clock(t.round() as i64, minutes);
+    let value = |v: &f64| {
+        if top < 5.0 {
+            format!("{v:.1}")
+        } else {
+            format!("{v:.0}")
+        }
+    };
+    chart
+        .configure_mesh()
+        .x_desc("time (UTC)")
+        .y_desc("Redis round trip (ms)")
+        .x_labels(6)
+        .y_labels(5)
+        .x_label_formatter(&time)
+        .y_label_formatter(&value)
+        .label_style(("sans-serif", 15))
+        .axis_desc_style(("sans-serif", 16))
+        .light_line_style(WHITE)
+        .bold_line_style(GRID)
+        .draw()
+        .map_err(|e| fail(&e))?;
+    type Line = (&'static str, fn(&Latency) -> f64, RGBColor);
+    let lines: [Line; 4] = [
+        ("p50", |l| l.p50, RGBColor(120, 160, 150)),
+        ("p90", |l| l.p90, RGBColor(60, 120, 110)),
+        ("p99", |l| l.p99, RGBColor(20, 70, 60)),
+        ("max", |l| l.max, DENIED),
+    ];
+    for (label, pick, color) in lines {
+        chart
+            .draw_series(segments(
+                frame
+                    .points
+                    .iter()
+                    .map(|p| (p.t as f64, p.limiter.as_ref().map(pick))),
+                color.stroke_width(2),
+            ))
+            .map_err(|e| fail(&e))?
+            .label(label)
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
+            });
+    }
+    // Per-shard p99 only means something with more than one shard.
+    if frame.shards.len() > 1 {
+        for (k, shard) in frame.shards.iter().enumerate() {
+            let color = SHARD_COLORS[k % SHARD_COLORS.len()];
+            chart
+                .draw_series(segments(
+                    frame
+                        .points
+                        .iter()
+                        .map(|p| (p.t as f64, p.shard_p99.get(k).copied().flatten())),
+                    color.stroke_width(1),
+                ))
+                .map_err(|e| fail(&e))?
+                .label(format!("p99 {shard}"))
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
+        }
+    }
+    legend(&mut chart)?;
+    root.present().map_err(|e| fail(&e))
+}
+
+/// Polylines through the points that have a value; a gap (no traffic) breaks the line.
+fn segments(
+    points: impl Iterator<Item = (f64, Option<f64>)>,
+    style: ShapeStyle,
+) -> Vec<PathElement<(f64, f64)>> {
+    let mut out = Vec::new();
+    let mut run: Vec<(f64, f64)> = Vec::new();
+    for (x, y) in points {
+        match y {
+            Some(y) => run.push((x, y)),
+            None if !run.is_empty() => out.push(PathElement::new(std::mem::take(&mut run), style)),
+            None => {}
+        }
+    }
+    if !run.is_empty() {
+        out.push(PathElement::new(run, style));
+    }
+    out
+}
+
+fn tile(out: &mut String, testid: &str, label: &str, value: &str, note: &str) {
+    let _ = write!(
+        out,
+        r#"<div class="tile" data-testid="{testid}"><span class="label">{label}</span><strong>{}</strong><span class="note">{}</span></div>"#,
+        escape(value),
+        escape(note)
+    );
+}
+
+fn top_table(out: &mut String, title: &str, testid: &str, rows: &[Top], with_policy: bool) {
+    let _ = write!(
+        out,
+        r#"<section class="card"><h2>{title}</h2><table data-testid="{testid}"><thead><tr>"#
+    );
+    if with_policy {
+        out.push_str("<th>Policy</th>");
+    }
+    out.push_str(r#"<th>Tenant</th><th class="num">Denied</th><th class="num">Decided</th><th class="num">Denied %</th></tr></thead><tbody>"#);
+    if rows.is_empty() {
+        let span = if with_policy { 5 } else { 4 };
+        let _ = write!(
+            out,
+            r#"<tr><td colspan="{span}" class="muted">No denials in this range.</td></tr>"#
+        );
+    }
+    for row in rows {
+        out.push_str("<tr>");
+        if with_policy {
+            let policy = if row.policy.is_empty() {
+                "(no rule)".to_owned()
+            } else {
+                escape(&row.policy)
+            };
+            let _ = write!(out, "<td>{policy}</td>");
+        }
+        let pct = if row.decided > 0 {
+            row.denied as f64 * 100.0 / row.decided as f64
+        } else {
+            0.0
+        };
+        let _ = write!(
+            out,
+            r#"<td title="{}">{}</td><td class="num">{}</td><td class="num">{}</td><td class="num">{pct:.1}</td></tr>"#,
+            escape(&row.tenant),
+            escape(&row.tenant_name),
+            row.denied,
+            row.decided
+        );
+    }
+    out.push_str("</tbody></table></section>");
+}
+
+/// The whole dashboard of one frame.
+pub fn html(frame: &Frame) -> String {
+    let mut out = String::with_capacity(64 * 1024);
+    let fleet = frame.scope == Scope::Fleet;
+    let decided = frame.total(Outcome::Allowed) + frame.total(Outcome::Denied);
+    let _ = write!(
+        out,
+        r#"<div class="dashboard" data-testid="dashboard-frame" data-latest="{}" data-range="{}" data-allowed="{}" data-denied="{}" data-active="{}">"#,
+        frame.latest,
+        frame.range.as_str(),
+        frame.total(Outcome::Allowed),
+        frame.total(Outcome::Denied),
+        frame.active_total
+    );
+    let _ = write!(
+        out,
+        r#"<p class="muted updated">Data up to <time data-testid="dashboard-latest">{} UTC</time>; {} per point.</p>"#,
+        clock(frame.latest, false),
+        if frame.bin_seconds == 1 {
+            "1 second".to_owned()
+        } else if frame.bin_seconds < 60 {
+            format!("{} seconds", frame.bin_seconds)
+        } else {
+            format!("{} minutes", frame.bin_seconds / 60)
+        }
+    );
+
+    out.push_str(r#"<div class="tiles">"#);
+    let (allowed_rate, denied_rate) = frame.recent_rate;
+    tile(
+        &mut out,
+        "tile-rate",
+        "Decisions/s (last 10 s)",
+        &short(allowed_rate + denied_rate),
+        &format!("{} denied/s", short(denied_rate)),
+    );
+    tile(
+        &mut out,
+        "tile-denied",
+        "Denied in range",
+        &frame
+            .denial_rate()
+            .map_or("–".to_owned(), |r| format!("{:.1}%", r * 100.0)),
+        &format!("{} of {} decisions", frame.total(Outcome::Denied), decided),
+    );
+    tile(
+        &mut out,
+        "tile-active",
+        "Active keys",
+        &short(frame.active_total as f64),
+        "buckets checked in the last 5 min",
+    );
+    tile(
+        &mut out,
+        "tile-latency",
+        "Redis p99 (last 10 s)",
+        &frame.recent_latency.map_or("–".to_owned(), |l| ms(l.p99)),
+        &frame.recent_latency.map_or("no calls".to_owned(), |l| {
+            format!("p50 {} · max {}", ms(l.p50), ms(l.max))
+        }),
+    );
+    tile(
+        &mut out,
+        "tile-failures",
+        "Fail-open / fail-closed",
+        &format!(
+            "{} / {}",
+            frame.total(Outcome::FailOpen),
+            frame.total(Outcome::FailClosed)
+        ),
+        &format!(
+            "{} shadow would-deny · {} errors",
+            frame.total(Outcome::ShadowWouldDeny),
+            frame.total(Outcome::Error)
+        ),
+    );
+    if fleet {
+        let cache = frame
+            .cache
+            .iter()
+            .map(|(name, hits, all)| {
+                format!(
+                    "{name} {:.1}%",
+                    if *all > 0 {
+                        *hits as f64 * 100.0 / *all as f64
+                    } else {
+                        0.0
+                    }
+                )
+            })
+            .collect::<Vec<_>>();
+        tile(
+            &mut out,
+            "tile-cache",
+            "Cache hit ratio",
+            &cache.first().cloned().unwrap_or_else(|| "–".to_owned()),
+            &cache.get(1..).map(|c| c.join(" · ")).unwrap_or_default(),
+        );
+        tile(
+            &mut out,
+            "tile-instances",
+            "Instances alive",
+            &frame.instances.len().to_string(),
+            "heartbeat within 5 s",
+        );
+    }
+    out.push_str("</div>");
+
+    for (title, testid, svg) in [
+        (
+            "Decisions per second",
+            "chart-decisions",
+            decisions_svg(frame),
+        ),
+        (
+            if fleet && frame.shards.len() > 1 {
+                "Redis latency, fleet and per shard"
+            } else {
+                "Redis latency"
+            },
+            "chart-latency",
+            latency_svg(frame),
+        ),
+    ] {
+        let body = svg.unwrap_or_else(|e| format!(r#"<p class="error">{}</p>"#, escape(&e)));
+        let _ = write!(
+            out,
+            r#"<figure class="chart card" data-testid="{testid}"><figcaption>{title}</figcaption>{body}</figure>"#
+        );
+    }
+
+    out.push_str(r#"<div class="dash-tables">"#);
+    top_table(
+        &mut out,
+        "Top denying policies",
+        "top-policies",
+        &frame.top_policies,
+        true,
+    );
+    if fleet {
+        top_table(
+            &mut out,
+            "Top denying tenants",
+            "top-tenants",
+            &frame.top_tenants,
+            false,
+        );
+    }
+    out.push_str(r#"<section class="card"><h2>Active keys</h2><table data-testid="active-keys"><thead><tr><th>Tenant</th><th class="num">Keys</th></tr></thead><tbody>"#);
+    if frame.active_top.is_empty() {
+        out.push_str(r#"<tr><td colspan="2" class="muted">No buckets checked in the last 5 minutes.</td></tr>"#);
+    }
+    for (id, name, n) in &frame.active_top {
+        let _ = write!(
+            out,
+            r#"<tr><td title="{}">{}</td><td class="num">{n}</td></tr>"#,
+            escape(id),
+            escape(name)
+        );
+    }
+    out.push_str("</tbody></table></section>");
+    if fleet {
+        out.push_str(r#"<section class="card"><h2>Instances</h2><table data-testid="instances"><thead><tr><th>Instance</th><th>Mode</th><th>Limiter</th><th>Version</th><th>Up since (UTC)</th><th class="num">Checks last second</th></tr></thead><tbody>"#);
+        for b in &frame.instances {
+            let _ = write!(
+                out,
+                r#"<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class="num">{}</td></tr>"#,
+                escape(&b.id),
+                escape(&b.mode),
+                escape(&b.limiter),
+                escape(&b.version),
+                app::ui::format_utc(b.started_ms),
+                b.checks
+            );
+        }
+        out.push_str("</tbody></table></section>");
+    }
+    out.push_str("</div></div>");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dashboard::view::{Scope, View};
+
+    #[test]
+    fn names_are_escaped_and_charts_have_units_and_legends() {
+        let mut view = View::default();
+        let mut fields = super::super::series::Fields::new();
+        fields.insert("c\x1ft1\x1f<script>\x1fdenied".into(), 3);
+        fields.insert("c\x1ft1\x1f<script>\x1fallowed".into(), 7);
+        fields.insert("r\x1fredis\x1f5".into(), 10);
+        view.names.insert("t1".into(), "A & B".into());
+        view.put_seconds(vec![(1_000, fields)], 1_000, 1_000);
+        let frame = view.frame(&Scope::Fleet, app::dashboard::Range::FiveMinutes);
+        let html = html(&frame);
+        assert!(html.contains("&lt;script&gt;") && !html.contains("<script>"));
+        assert!(html.contains("A &amp; B"));
+        assert!(html.contains(r#"data-denied="3""#));
+        assert_eq!(html.matches("<svg").count(), 2);
+        for text in [
+            "decisions per second",
+            "Redis round trip (ms)",
+            "time (UTC)",
+            "\nallowed\n",
+            "\ndenied\n",
+            "\np99\n",
+        ] {
+            assert!(html.contains(text), "missing {text}");
+        }
+        assert!(html.contains("30.0%"), "the denial rate tile");
+    }
+
+    #[test]
+    fn numbers_read_short() {
+        assert_eq!(short(950.0), "950");
+        assert_eq!(short(2.5), "2.5");
+        assert_eq!(short(12_345.0), "12k");
+        assert_eq!(short(1_500.0), "1.5k");
+        assert_eq!(short(4_500_000.0), "4.5M");
+        assert_eq!(clock(3_723, false), "01:02:03");
+        assert_eq!(ms(0.25), "0.25 ms");
+    }
+}

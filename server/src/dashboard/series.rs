@@ -1,0 +1,339 @@
+//! Where the fleet's per-second series live: in Redis for a distributed fleet, in memory for
+//! an embedded instance. Both keep the same fields with the same retention.
+//!
+//! Redis layout (every key carries the hash tag `{fleet}`, so on a Cluster they share one
+//! slot and a pipeline reaches one node):
+//! - `sld:{fleet}:s:<unix second>` a hash of counters for that second, kept 1 hour;
+//! - `sld:{fleet}:m:<unix minute>` the same counters summed per minute, kept 7 days;
+//! - `sld:{fleet}:alive` a sorted set: instance id → its last heartbeat (Unix ms);
+//! - `sld:{fleet}:beat:<instance>` the instance's last heartbeat (JSON), kept 10 s.
+//!
+//! Fields, separated by `\x1f`: `c|tenant|policy|outcome` decisions, `r|shard|bucket` limiter
+//! latency histogram, `d|bucket` check latency histogram, `k|cache|result` cache lookups; all
+//! summed with `HINCRBY` by every instance. Maxima are per instance and second only:
+//! `rx|shard|instance` and `dx|instance` in µs.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+
+use crate::limiter::{keys, LimiterError, MemoryBackend, RedisBackend};
+
+/// The field separator.
+pub const SEP: char = '\x1f';
+/// How long per-second series are kept.
+pub const SECONDS_KEPT: i64 = 3600;
+/// How long per-minute series are kept (7 days).
+pub const MINUTES_KEPT: i64 = 7 * 24 * 60;
+/// An instance whose last heartbeat is older than this is not alive.
+pub const ALIVE_MS: i64 = 5_000;
+/// The deadline of dashboard reads and writes (they are off the check path).
+const DEADLINE: Duration = Duration::from_secs(2);
+
+/// A hash of one second or minute: field → value.
+pub type Fields = HashMap<String, i64>;
+
+/// What an instance says about itself once a second.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Beat {
+    pub id: String,
+    pub version: String,
+    pub mode: String,
+    pub limiter: String,
+    pub started_ms: i64,
+    pub last_ms: i64,
+    /// Checks this instance decided in its last second.
+    pub checks: u64,
+}
+
+fn second_key(sec: i64) -> String {
+    format!("sld:{{fleet}}:s:{sec}")
+}
+
+fn minute_key(min: i64) -> String {
+    format!("sld:{{fleet}}:m:{min}")
+}
+
+const ALIVE_KEY: &str = "sld:{fleet}:alive";
+
+fn beat_key(id: &str) -> String {
+    format!("sld:{{fleet}}:beat:{id}")
+}
+
+/// Whether a field is a per-instance maximum (set, not summed; not kept per minute).
+pub fn is_max(field: &str) -> bool {
+    field.starts_with("rx\x1f") || field.starts_with("dx\x1f")
+}
+
+/// The in-memory series of an embedded instance.
+#[derive(Debug, Default)]
+pub struct MemorySeries {
+    seconds: BTreeMap<i64, Fields>,
+    minutes: BTreeMap<i64, Fields>,
+    beats: HashMap<String, Beat>,
+}
+
+fn merge(into: &mut Fields, fields: &[(String, i64)]) {
+    for (field, value) in fields {
+        let slot = into.entry(field.clone()).or_default();
+        if is_max(field) {
+            *slot = (*slot).max(*value);
+        } else {
+            *slot += value;
+        }
+    }
+}
+
+/// The store of the series.
+#[derive(Debug, Clone)]
+pub enum SeriesStore {
+    Memory {
+        series: Arc<Mutex<MemorySeries>>,
+        limiter: MemoryBackend,
+    },
+    Redis(RedisBackend),
+}
+
+impl SeriesStore {
+    pub fn memory(limiter: MemoryBackend) -> Self {
+        SeriesStore::Memory {
+            series: Arc::default(),
+            limiter,
+        }
+    }
+
+    /// Adds one instance's second `sec` (its fields) and its heartbeat.
+    pub async fn write(
+        &self,
+        sec: i64,
+        fields: &[(String, i64)],
+        beat: &Beat,
+    ) -> Result<(), LimiterError> {
+        let minute = sec.div_euclid(60);
+        match self {
+            SeriesStore::Memory { series, .. } => {
+                let mut s = series.lock().unwrap_or_else(|e| e.into_inner());
+                merge(s.seconds.entry(sec).or_default(), fields);
+                let per_minute: Vec<(String, i64)> =
+                    fields.iter().filter(|(f, _)| !is_max(f)).cloned().collect();
+                merge(s.minutes.entry(minute).or_default(), &per_minute);
+                s.beats.insert(beat.id.clone(), beat.clone());
+                let oldest_second = sec - SECONDS_KEPT;
+                s.seconds = s.seconds.split_off(&oldest_second);
+                let oldest_minute = minute - MINUTES_KEPT;
+                s.minutes = s.minutes.split_off(&oldest_minute);
+                s.beats
+                    .retain(|_, b| b.last_ms > beat.last_ms - SECONDS_KEPT * 1000);
+                Ok(())
+            }
+            SeriesStore::Redis(redis) => {
+                let mut pipe = redis::pipe();
+                let (s_key, m_key) = (second_key(sec), minute_key(minute));
+                for (field, value) in fields {
+                    if is_max(field) {
+                        pipe.cmd("HSET").arg(&s_key).arg(field).arg(value).ignore();
+                    } else {
+                        pipe.cmd("HINCRBY")
+                            .arg(&s_key)
+                            .arg(field)
+                            .arg(value)
+                            .ignore();
+                        pipe.cmd("HINCRBY")
+                            .arg(&m_key)
+                            .arg(field)
+                            .arg(value)
+                            .ignore();
+                    }
+                }
+                if !fields.is_empty() {
+                    pipe.cmd("PEXPIRE")
+                        .arg(&s_key)
+                        .arg((SECONDS_KEPT + 60) * 1000)
+                        .ignore();
+                    pipe.cmd("PEXPIRE")
+                        .arg(&m_key)
+                        .arg((MINUTES_KEPT + 60) * 60_000)
+                        .ignore();
+                }
+                let json = serde_json::to_string(beat).expect("a beat serializes");
+                pipe.cmd("SET")
+                    .arg(beat_key(&beat.id))
+                    .arg(json)
+                    .arg("PX")
+                    .arg(ALIVE_MS * 2)
+                    .ignore();
+                pipe.cmd("ZADD")
+                    .arg(ALIVE_KEY)
+                    .arg(beat.last_ms)
+                    .arg(&beat.id)
+                    .ignore();
+                pipe.cmd("ZREMRANGEBYSCORE")
+                    .arg(ALIVE_KEY)
+                    .arg("-inf")
+                    .arg(beat.last_ms - SECONDS_KEPT * 1000)
+                    .ignore();
+                redis.pipeline::<()>(&pipe, DEADLINE).await
+            }
+        }
+    }
+
+    /// The seconds `from..=to` that hold anything.
+    pub async fn seconds(&self, from: i64, to: i64) -> Result<Vec<(i64, Fields)>, LimiterError> {
+        self.read(from, to, true).await
+    }
+
+    /// The minutes `from..=to` that hold anything.
+    pub async fn minutes(&self, from: i64, to: i64) -> Result<Vec<(i64, Fields)>, LimiterError> {
+        self.read(from, to, false).await
+    }
+
+    async fn read(
+        &self,
+        from: i64,
+        to: i64,
+        seconds: bool,
+    ) -> Result<Vec<(i64, Fields)>, LimiterError> {
+        match self {
+            SeriesStore::Memory { series, .. } => {
+                let s = series.lock().unwrap_or_else(|e| e.into_inner());
+                let map = if seconds { &s.seconds } else { &s.minutes };
+                Ok(map.range(from..=to).map(|(t, f)| (*t, f.clone())).collect())
+            }
+            SeriesStore::Redis(redis) => {
+                let mut out = Vec::new();
+                // In chunks, so that a long read does not hold up checks sharing the
+                // connection.
+                let mut start = from;
+                while start <= to {
+                    let end = (start + 299).min(to);
+                    let mut pipe = redis::pipe();
+                    for t in start..=end {
+                        let key = if seconds {
+                            second_key(t)
+                        } else {
+                            minute_key(t)
+                        };
+                        pipe.cmd("HGETALL").arg(key);
+                    }
+                    let hashes: Vec<Fields> = redis.pipeline(&pipe, DEADLINE).await?;
+                    out.extend(
+                        (start..=end)
+                            .zip(hashes)
+                            .filter(|(_, fields)| !fields.is_empty()),
+                    );
+                    start = end + 1;
+                }
+                Ok(out)
+            }
+        }
+    }
+
+    /// The instances whose last heartbeat is at most [`ALIVE_MS`] old at `now_ms`.
+    pub async fn alive(&self, now_ms: i64) -> Result<Vec<Beat>, LimiterError> {
+        let mut beats = match self {
+            SeriesStore::Memory { series, .. } => {
+                let s = series.lock().unwrap_or_else(|e| e.into_inner());
+                s.beats
+                    .values()
+                    .filter(|b| b.last_ms >= now_ms - ALIVE_MS)
+                    .cloned()
+                    .collect()
+            }
+            SeriesStore::Redis(redis) => {
+                let mut cmd = redis::cmd("ZRANGEBYSCORE");
+                cmd.arg(ALIVE_KEY).arg(now_ms - ALIVE_MS).arg("+inf");
+                let ids: Vec<String> = redis.query_within(&cmd, DEADLINE).await?;
+                if ids.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let mut mget = redis::cmd("MGET");
+                for id in &ids {
+                    mget.arg(beat_key(id));
+                }
+                let raw: Vec<Option<String>> = redis.query_within(&mget, DEADLINE).await?;
+                raw.into_iter()
+                    .flatten()
+                    .filter_map(|json| serde_json::from_str::<Beat>(&json).ok())
+                    .collect::<Vec<_>>()
+            }
+        };
+        beats.sort_by(|a, b| a.started_ms.cmp(&b.started_ms).then(a.id.cmp(&b.id)));
+        Ok(beats)
+    }
+
+    /// Active keys of each tenant at `now_ms`: on Redis the union of the tenant's last
+    /// [`keys::ACTIVE_WINDOW_MINUTES`] HyperLogLogs (standard error 0.81%); in process, the
+    /// exact number of live buckets.
+    pub async fn active_keys(
+        &self,
+        tenants: &[String],
+        now_ms: i64,
+    ) -> Result<HashMap<String, u64>, LimiterError> {
+        match self {
+            SeriesStore::Memory { limiter, .. } => Ok(limiter.active_by_tenant(now_ms)),
+            SeriesStore::Redis(redis) => {
+                // One PFCOUNT per tenant (a tenant's keys share a slot; tenants do not).
+                let counts: Vec<Result<(String, u64), LimiterError>> =
+                    futures::stream::iter(tenants.iter().cloned())
+                        .map(|tenant| async move {
+                            let mut cmd = redis::cmd("PFCOUNT");
+                            for key in keys::active_window(&tenant, now_ms) {
+                                cmd.arg(key);
+                            }
+                            let n: u64 = redis.query_within(&cmd, DEADLINE).await?;
+                            Ok((tenant, n))
+                        })
+                        .buffer_unordered(16)
+                        .collect()
+                        .await;
+                counts
+                    .into_iter()
+                    .filter(|r| !matches!(r, Ok((_, 0))))
+                    .collect()
+            }
+        }
+    }
+
+    /// Cluster slot → shard ("host:port" of the master), when the limiter is a Cluster.
+    pub async fn shard_map(&self) -> Result<Option<Vec<(u16, u16, String)>>, LimiterError> {
+        let SeriesStore::Redis(redis) = self else {
+            return Ok(None);
+        };
+        if redis.kind() != crate::limiter::BackendKind::RedisCluster {
+            return Ok(None);
+        }
+        let mut cmd = redis::cmd("CLUSTER");
+        cmd.arg("SLOTS");
+        let reply: redis::Value = redis.query_within(&cmd, DEADLINE).await?;
+        let mut ranges = Vec::new();
+        if let redis::Value::Array(entries) = reply {
+            for entry in entries {
+                let redis::Value::Array(parts) = entry else {
+                    continue;
+                };
+                let (Some(redis::Value::Int(start)), Some(redis::Value::Int(end))) =
+                    (parts.first(), parts.get(1))
+                else {
+                    continue;
+                };
+                let Some(redis::Value::Array(master)) = parts.get(2) else {
+                    continue;
+                };
+                let host = match master.first() {
+                    Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+                    _ => continue,
+                };
+                let port = match master.get(1) {
+                    Some(redis::Value::Int(p)) => *p,
+                    _ => continue,
+                };
+                ranges.push((*start as u16, *end as u16, format!("{host}:{port}")));
+            }
+        }
+        ranges.sort();
+        Ok(Some(ranges))
+    }
+}

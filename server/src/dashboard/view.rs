@@ -1,0 +1,478 @@
+//! The fleet as this instance last read it (1 hour of seconds, 24 hours of minutes, the live
+//! instances, active keys), and the [`Frame`] a dashboard shows for a scope and a range.
+
+use std::collections::{BTreeMap, HashMap};
+
+use app::dashboard::Range;
+
+use super::recorder::{Histogram, Outcome, BOUNDS_US, BUCKETS};
+use super::series::{Beat, Fields, SEP};
+
+/// Whose traffic a dashboard shows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scope {
+    Fleet,
+    Tenant(String),
+}
+
+/// One second or minute of the fleet, parsed.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Bucket {
+    /// tenant → policy → counts by [`Outcome::index`].
+    pub decisions: HashMap<String, HashMap<String, [u64; 6]>>,
+    /// Limiter round trips by shard.
+    pub limiter: BTreeMap<String, Histogram>,
+    pub check: Histogram,
+    /// (cache, result) → lookups.
+    pub cache: HashMap<(String, String), u64>,
+}
+
+impl Bucket {
+    /// Reads a stored hash; unknown or malformed fields are skipped.
+    pub fn parse(fields: &Fields) -> Bucket {
+        let mut b = Bucket::default();
+        for (field, &value) in fields {
+            let value = u64::try_from(value).unwrap_or(0);
+            let parts: Vec<&str> = field.split(SEP).collect();
+            let bucket = |s: &str| s.parse::<usize>().ok().filter(|&i| i < BUCKETS);
+            match parts.as_slice() {
+                ["c", tenant, policy, outcome] => {
+                    if let Some(o) = Outcome::parse(outcome) {
+                        b.decisions
+                            .entry((*tenant).to_owned())
+                            .or_default()
+                            .entry((*policy).to_owned())
+                            .or_default()[o.index()] += value;
+                    }
+                }
+                ["r", shard, i] => {
+                    if let Some(i) = bucket(i) {
+                        b.limiter.entry((*shard).to_owned()).or_default().counts[i] += value;
+                    }
+                }
+                ["rx", shard, _instance] => {
+                    let h = b.limiter.entry((*shard).to_owned()).or_default();
+                    h.max_us = h.max_us.max(value);
+                }
+                ["d", i] => {
+                    if let Some(i) = bucket(i) {
+                        b.check.counts[i] += value;
+                    }
+                }
+                ["dx", _instance] => b.check.max_us = b.check.max_us.max(value),
+                ["k", cache, result] => {
+                    *b.cache
+                        .entry(((*cache).to_owned(), (*result).to_owned()))
+                        .or_default() += value;
+                }
+                _ => {}
+            }
+        }
+        b
+    }
+}
+
+/// What this instance knows of the fleet.
+#[derive(Debug, Clone, Default)]
+pub struct View {
+    pub seconds: BTreeMap<i64, Bucket>,
+    pub minutes: BTreeMap<i64, Bucket>,
+    /// The last complete second read.
+    pub latest: i64,
+    pub instances: Vec<Beat>,
+    /// Active keys by tenant.
+    pub active: HashMap<String, u64>,
+    /// Tenant id → name.
+    pub names: HashMap<String, String>,
+}
+
+/// Latency percentiles of one point, in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Latency {
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+impl Latency {
+    fn of(h: &Histogram) -> Option<Latency> {
+        let ms = |q: f64| h.quantile_us(q).map(|us| us as f64 / 1000.0);
+        Some(Latency {
+            p50: ms(0.5)?,
+            p90: ms(0.9)?,
+            p99: ms(0.99)?,
+            max: if h.max_us > 0 {
+                h.max_us as f64 / 1000.0
+            } else {
+                ms(1.0)?
+            },
+        })
+    }
+}
+
+/// One point of the charts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Point {
+    /// The first second the point covers (Unix seconds).
+    pub t: i64,
+    /// Counts by [`Outcome::index`] over the point.
+    pub counts: [u64; 6],
+    /// Limiter round trips of the whole fleet.
+    pub limiter: Option<Latency>,
+    /// p99 of each shard of [`Frame::shards`].
+    pub shard_p99: Vec<Option<f64>>,
+    /// Whole check handling.
+    pub check: Option<Latency>,
+}
+
+/// A row of a "top" table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Top {
+    pub tenant: String,
+    pub tenant_name: String,
+    /// Empty in the tenants table.
+    pub policy: String,
+    pub denied: u64,
+    pub decided: u64,
+}
+
+/// Everything one dashboard shows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Frame {
+    pub scope: Scope,
+    pub range: Range,
+    /// The last second shown.
+    pub latest: i64,
+    pub bin_seconds: i64,
+    pub points: Vec<Point>,
+    pub shards: Vec<String>,
+    /// Counts by [`Outcome::index`] over the range.
+    pub totals: [u64; 6],
+    pub top_policies: Vec<Top>,
+    pub top_tenants: Vec<Top>,
+    /// (cache, hits, lookups) over the range.
+    pub cache: Vec<(String, u64, u64)>,
+    pub active_total: u64,
+    /// The tenants with the most active keys: (id, name, keys).
+    pub active_top: Vec<(String, String, u64)>,
+    pub instances: Vec<Beat>,
+    /// Over the last 10 seconds: decisions/s allowed and denied, and limiter latency.
+    pub recent_rate: (f64, f64),
+    pub recent_latency: Option<Latency>,
+}
+
+/// Rows in the top tables.
+pub const TOP: usize = 10;
+
+impl View {
+    /// Replaces the seconds read from the store, and forgets seconds older than an hour.
+    pub fn put_seconds(&mut self, read: Vec<(i64, Fields)>, from: i64, to: i64) {
+        for t in from..=to {
+            self.seconds.remove(&t);
+        }
+        for (t, fields) in read {
+            self.seconds.insert(t, Bucket::parse(&fields));
+        }
+        self.latest = self.latest.max(to);
+        self.seconds = self
+            .seconds
+            .split_off(&(self.latest - super::series::SECONDS_KEPT));
+    }
+
+    /// Replaces the minutes read from the store, and forgets minutes older than a day.
+    pub fn put_minutes(&mut self, read: Vec<(i64, Fields)>, from: i64, to: i64) {
+        for t in from..=to {
+            self.minutes.remove(&t);
+        }
+        for (t, fields) in read {
+            self.minutes.insert(t, Bucket::parse(&fields));
+        }
+        self.minutes = self.minutes.split_off(&(to - 24 * 60));
+    }
+
+    fn name(&self, tenant: &str) -> String {
+        self.names
+            .get(tenant)
+            .cloned()
+            .unwrap_or_else(|| tenant.to_owned())
+    }
+
+    /// The dashboard of `scope` over `range`, ending at the last complete second.
+    pub fn frame(&self, scope: &Scope, range: Range) -> Frame {
+        let bin = range.bin_seconds();
+        let n = (range.seconds() / bin) as usize;
+        let end = self.latest;
+        let start = end - range.seconds() + 1;
+        let fleet = *scope == Scope::Fleet;
+        let wanted = |tenant: &str| match scope {
+            Scope::Fleet => true,
+            Scope::Tenant(t) => t == tenant,
+        };
+
+        // Which stored buckets feed which point: seconds for the short ranges, minutes for
+        // the day (a minute's second 0 stands for the minute).
+        let sources: Vec<(i64, &Bucket)> = if range == Range::Day {
+            let (from, to) = (start.div_euclid(60), end.div_euclid(60));
+            self.minutes
+                .range(from..=to)
+                .map(|(m, b)| (m * 60, b))
+                .collect()
+        } else {
+            self.seconds
+                .range(start..=end)
+                .map(|(s, b)| (*s, b))
+                .collect()
+        };
+        let mut shards: Vec<String> = Vec::new();
+        if fleet {
+            for (_, b) in &sources {
+                for shard in b.limiter.keys() {
+                    if !shards.contains(shard) {
+                        shards.push(shard.clone());
+                    }
+                }
+            }
+            shards.sort();
+        }
+
+        struct Acc {
+            counts: [u64; 6],
+            limiter: Histogram,
+            shards: Vec<Histogram>,
+            check: Histogram,
+        }
+        let mut acc: Vec<Acc> = (0..n)
+            .map(|_| Acc {
+                counts: [0; 6],
+                limiter: Histogram::default(),
+                shards: vec![Histogram::default(); shards.len()],
+                check: Histogram::default(),
+            })
+            .collect();
+        let mut totals = [0_u64; 6];
+        let mut by_policy: HashMap<(&str, &str), (u64, u64)> = HashMap::new();
+        let mut cache: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+        let mut recent_counts = [0_u64; 6];
+        let mut recent_latency = Histogram::default();
+        for (t, b) in &sources {
+            let i = ((t - start).max(0) / bin) as usize;
+            let Some(point) = acc.get_mut(i.min(n - 1)) else {
+                continue;
+            };
+            let recent = *t > end - 10;
+            for (tenant, policies) in &b.decisions {
+                if !wanted(tenant) {
+                    continue;
+                }
+                for (policy, counts) in policies {
+                    for o in 0..6 {
+                        point.counts[o] += counts[o];
+                        totals[o] += counts[o];
+                        if recent {
+                            recent_counts[o] += counts[o];
+                        }
+                    }
+                    let row = by_policy.entry((tenant, policy)).or_default();
+                    row.0 += counts[Outcome::Denied.index()];
+                    row.1 += counts[Outcome::Allowed.index()] + counts[Outcome::Denied.index()];
+                }
+            }
+            for (shard, h) in &b.limiter {
+                point.limiter.merge(h);
+                if recent {
+                    recent_latency.merge(h);
+                }
+                if let Some(k) = shards.iter().position(|s| s == shard) {
+                    point.shards[k].merge(h);
+                }
+            }
+            point.check.merge(&b.check);
+            if fleet {
+                for ((name, result), v) in &b.cache {
+                    let c = cache.entry(name.as_str()).or_default();
+                    if result == "hit" {
+                        c.0 += v;
+                    }
+                    c.1 += v;
+                }
+            }
+        }
+        let points = acc
+            .into_iter()
+            .enumerate()
+            .map(|(i, a)| Point {
+                t: start + i as i64 * bin,
+                counts: a.counts,
+                limiter: Latency::of(&a.limiter),
+                shard_p99: a
+                    .shards
+                    .iter()
+                    .map(|h| h.quantile_us(0.99).map(|us| us as f64 / 1000.0))
+                    .collect(),
+                check: Latency::of(&a.check),
+            })
+            .collect();
+
+        let mut top_policies: Vec<Top> = by_policy
+            .iter()
+            .filter(|(_, (denied, _))| *denied > 0)
+            .map(|((tenant, policy), (denied, decided))| Top {
+                tenant: (*tenant).to_owned(),
+                tenant_name: self.name(tenant),
+                policy: (*policy).to_owned(),
+                denied: *denied,
+                decided: *decided,
+            })
+            .collect();
+        top_policies.sort_by(|a, b| {
+            b.denied
+                .cmp(&a.denied)
+                .then_with(|| a.tenant_name.cmp(&b.tenant_name))
+                .then_with(|| a.policy.cmp(&b.policy))
+        });
+        let mut per_tenant: HashMap<&str, (u64, u64)> = HashMap::new();
+        for ((tenant, _), (denied, decided)) in &by_policy {
+            let row = per_tenant.entry(tenant).or_default();
+            row.0 += denied;
+            row.1 += decided;
+        }
+        let mut top_tenants: Vec<Top> = per_tenant
+            .into_iter()
+            .filter(|(_, (denied, _))| fleet && *denied > 0)
+            .map(|(tenant, (denied, decided))| Top {
+                tenant: tenant.to_owned(),
+                tenant_name: self.name(tenant),
+                policy: String::new(),
+                denied,
+                decided,
+            })
+            .collect();
+        top_tenants.sort_by(|a, b| {
+            b.denied
+                .cmp(&a.denied)
+                .then_with(|| a.tenant_name.cmp(&b.tenant_name))
+        });
+        top_policies.truncate(TOP);
+        top_tenants.truncate(TOP);
+
+        let mut active_top: Vec<(String, String, u64)> = self
+            .active
+            .iter()
+            .filter(|(tenant, _)| wanted(tenant))
+            .map(|(tenant, n)| (tenant.clone(), self.name(tenant), *n))
+            .collect();
+        let active_total = active_top.iter().map(|(_, _, n)| n).sum();
+        active_top.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.1.cmp(&b.1)));
+        active_top.truncate(TOP);
+
+        let window = 10.0_f64.min((end - start + 1) as f64);
+        Frame {
+            scope: scope.clone(),
+            range,
+            latest: end,
+            bin_seconds: bin,
+            points,
+            shards,
+            totals,
+            top_policies,
+            top_tenants,
+            cache: cache
+                .into_iter()
+                .map(|(name, (hits, all))| (name.to_owned(), hits, all))
+                .collect(),
+            active_total,
+            active_top,
+            instances: if fleet {
+                self.instances.clone()
+            } else {
+                Vec::new()
+            },
+            recent_rate: (
+                recent_counts[Outcome::Allowed.index()] as f64 / window,
+                recent_counts[Outcome::Denied.index()] as f64 / window,
+            ),
+            recent_latency: Latency::of(&recent_latency),
+        }
+    }
+}
+
+impl Frame {
+    /// Denied over decided (allowed + denied) across the range; `None` without decisions.
+    pub fn denial_rate(&self) -> Option<f64> {
+        let denied = self.totals[Outcome::Denied.index()];
+        let decided = denied + self.totals[Outcome::Allowed.index()];
+        (decided > 0).then(|| denied as f64 / decided as f64)
+    }
+
+    pub fn total(&self, outcome: Outcome) -> u64 {
+        self.totals[outcome.index()]
+    }
+}
+
+/// The largest latency bound the histograms distinguish, in ms (for axes).
+pub fn max_bound_ms() -> f64 {
+    BOUNDS_US[BOUNDS_US.len() - 1] as f64 / 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fields(pairs: &[(&str, i64)]) -> Fields {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.replace('|', "\x1f"), *v))
+            .collect()
+    }
+
+    #[test]
+    fn a_frame_sums_the_fleet_and_scopes_a_tenant() {
+        let mut view = View::default();
+        view.names.insert("t1".into(), "Acme".into());
+        let second = |allowed: i64, denied: i64| {
+            fields(&[
+                ("c|t1|checkout|allowed", allowed),
+                ("c|t1|checkout|denied", denied),
+                ("c|t2||allowed", 5),
+                ("r|10.0.0.1:7000|6", 9),
+                ("r|10.0.0.2:7000|14", 1),
+                ("rx|10.0.0.2:7000|a", 6_000),
+                ("k|key|hit", 9),
+                ("k|key|miss", 1),
+                ("bogus", 1),
+            ])
+        };
+        view.put_seconds(vec![(100, second(3, 1)), (101, second(2, 4))], 98, 101);
+        let fleet = view.frame(&Scope::Fleet, Range::FiveMinutes);
+        assert_eq!(fleet.latest, 101);
+        assert_eq!(fleet.points.len(), 300);
+        assert_eq!(fleet.points[299].t, 101);
+        assert_eq!(fleet.points[299].counts[..2], [7, 4]);
+        assert_eq!(fleet.total(Outcome::Allowed), 15);
+        assert_eq!(fleet.total(Outcome::Denied), 5);
+        assert_eq!(fleet.denial_rate(), Some(0.25));
+        assert_eq!(fleet.shards, vec!["10.0.0.1:7000", "10.0.0.2:7000"]);
+        let last = fleet.points[299].limiter.unwrap();
+        assert_eq!((last.p50, last.p99, last.max), (0.5, 6.0, 6.0));
+        assert_eq!(fleet.points[299].shard_p99, vec![Some(0.5), Some(6.0)]);
+        assert_eq!(fleet.top_policies[0].tenant_name, "Acme");
+        assert_eq!(
+            (fleet.top_policies[0].denied, fleet.top_policies[0].decided),
+            (5, 10)
+        );
+        assert_eq!(fleet.top_tenants.len(), 1);
+        assert_eq!(fleet.cache, vec![("key".to_owned(), 18, 20)]);
+
+        let tenant = view.frame(&Scope::Tenant("t2".into()), Range::FiveMinutes);
+        assert_eq!(tenant.total(Outcome::Allowed), 10);
+        assert_eq!(tenant.denial_rate(), Some(0.0));
+        assert!(tenant.top_policies.is_empty() && tenant.cache.is_empty());
+        assert!(tenant.shards.is_empty());
+
+        // An hour bins 5 seconds a point.
+        let hour = view.frame(&Scope::Fleet, Range::Hour);
+        assert_eq!(hour.points.len(), 720);
+        assert_eq!(hour.points[719].counts[..2], [15, 5]);
+    }
+}
