@@ -18,8 +18,9 @@ pub enum Scope {
 /// One second or minute of the fleet, parsed.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Bucket {
-    /// tenant → policy → counts by [`Outcome::index`].
-    pub decisions: HashMap<String, HashMap<String, [u64; 6]>>,
+    /// Counts by [`Outcome::index`] of each series (a tenant's policy, numbered by
+    /// [`View::series`]), so that summing an hour is additions into a vector.
+    pub decisions: Vec<(u32, [u64; 6])>,
     /// Limiter round trips by shard.
     pub limiter: BTreeMap<String, Histogram>,
     pub check: Histogram,
@@ -27,10 +28,23 @@ pub struct Bucket {
     pub cache: HashMap<(String, String), u64>,
 }
 
-impl Bucket {
+impl View {
+    /// The number of the series of `tenant`'s `policy`.
+    fn series_id(&mut self, tenant: &str, policy: &str) -> u32 {
+        let key = (tenant.to_owned(), policy.to_owned());
+        if let Some(&id) = self.series_ids.get(&key) {
+            return id;
+        }
+        let id = u32::try_from(self.series.len()).unwrap_or(u32::MAX);
+        self.series.push(key.clone());
+        self.series_ids.insert(key, id);
+        id
+    }
+
     /// Reads a stored hash; unknown or malformed fields are skipped.
-    pub fn parse(fields: &Fields) -> Bucket {
+    pub fn parse(&mut self, fields: &Fields) -> Bucket {
         let mut b = Bucket::default();
+        let mut decisions: HashMap<u32, [u64; 6]> = HashMap::new();
         for (field, &value) in fields {
             let value = u64::try_from(value).unwrap_or(0);
             let parts: Vec<&str> = field.split(SEP).collect();
@@ -38,11 +52,8 @@ impl Bucket {
             match parts.as_slice() {
                 ["c", tenant, policy, outcome] => {
                     if let Some(o) = Outcome::parse(outcome) {
-                        b.decisions
-                            .entry((*tenant).to_owned())
-                            .or_default()
-                            .entry((*policy).to_owned())
-                            .or_default()[o.index()] += value;
+                        let id = self.series_id(tenant, policy);
+                        decisions.entry(id).or_default()[o.index()] += value;
                     }
                 }
                 ["r", shard, i] => {
@@ -68,6 +79,8 @@ impl Bucket {
                 _ => {}
             }
         }
+        b.decisions = decisions.into_iter().collect();
+        b.decisions.sort_unstable_by_key(|(id, _)| *id);
         b
     }
 }
@@ -84,6 +97,9 @@ pub struct View {
     pub active: HashMap<String, u64>,
     /// Tenant id → name.
     pub names: HashMap<String, String>,
+    /// Every (tenant, policy) seen, numbered in order of appearance.
+    pub series: Vec<(String, String)>,
+    series_ids: HashMap<(String, String), u32>,
 }
 
 /// Latency percentiles of one point, in milliseconds.
@@ -172,7 +188,8 @@ impl View {
             self.seconds.remove(&t);
         }
         for (t, fields) in read {
-            self.seconds.insert(t, Bucket::parse(&fields));
+            let bucket = self.parse(&fields);
+            self.seconds.insert(t, bucket);
         }
         self.latest = self.latest.max(to);
         self.seconds = self
@@ -186,7 +203,8 @@ impl View {
             self.minutes.remove(&t);
         }
         for (t, fields) in read {
-            self.minutes.insert(t, Bucket::parse(&fields));
+            let bucket = self.parse(&fields);
+            self.minutes.insert(t, bucket);
         }
         self.minutes = self.minutes.split_off(&(to - 24 * 60));
     }
@@ -209,6 +227,7 @@ impl View {
             Scope::Fleet => true,
             Scope::Tenant(t) => t == tenant,
         };
+        let wanted_series: Vec<bool> = self.series.iter().map(|(t, _)| wanted(t)).collect();
 
         // Which stored buckets feed which point: seconds for the short ranges, minutes for
         // the day (a minute's second 0 stands for the minute).
@@ -251,7 +270,7 @@ impl View {
             })
             .collect();
         let mut totals = [0_u64; 6];
-        let mut by_policy: HashMap<(&str, &str), (u64, u64)> = HashMap::new();
+        let mut by_series = vec![[0_u64; 6]; self.series.len()];
         let mut cache: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
         let mut recent_counts = [0_u64; 6];
         let mut recent_latency = Histogram::default();
@@ -261,21 +280,20 @@ impl View {
                 continue;
             };
             let recent = *t > end - 10;
-            for (tenant, policies) in &b.decisions {
-                if !wanted(tenant) {
+            for (id, counts) in &b.decisions {
+                let id = *id as usize;
+                if !wanted_series.get(id).copied().unwrap_or(false) {
                     continue;
                 }
-                for (policy, counts) in policies {
+                let sum = &mut by_series[id];
+                for o in 0..6 {
+                    point.counts[o] += counts[o];
+                    sum[o] += counts[o];
+                }
+                if recent {
                     for o in 0..6 {
-                        point.counts[o] += counts[o];
-                        totals[o] += counts[o];
-                        if recent {
-                            recent_counts[o] += counts[o];
-                        }
+                        recent_counts[o] += counts[o];
                     }
-                    let row = by_policy.entry((tenant, policy)).or_default();
-                    row.0 += counts[Outcome::Denied.index()];
-                    row.1 += counts[Outcome::Allowed.index()] + counts[Outcome::Denied.index()];
                 }
             }
             for (shard, h) in &b.limiter {
@@ -314,6 +332,25 @@ impl View {
             })
             .collect();
 
+        for counts in &by_series {
+            for o in 0..6 {
+                totals[o] += counts[o];
+            }
+        }
+        let denied_of = |c: &[u64; 6]| c[Outcome::Denied.index()];
+        let decided_of = |c: &[u64; 6]| c[Outcome::Allowed.index()] + c[Outcome::Denied.index()];
+        let by_policy: Vec<((&str, &str), (u64, u64))> = by_series
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| decided_of(c) > 0 || denied_of(c) > 0)
+            .map(|(id, c)| {
+                let (tenant, policy) = &self.series[id];
+                (
+                    (tenant.as_str(), policy.as_str()),
+                    (denied_of(c), decided_of(c)),
+                )
+            })
+            .collect();
         let mut top_policies: Vec<Top> = by_policy
             .iter()
             .filter(|(_, (denied, _))| *denied > 0)

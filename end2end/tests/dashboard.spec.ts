@@ -1,0 +1,153 @@
+// The live dashboards in headless Chromium: under steady traffic, the operator's fleet view and
+// a tenant admin's view take a new frame every second over server-sent events, switch ranges,
+// and are saved as screenshots while they update.
+import { createHash, randomBytes } from 'node:crypto';
+import { test, expect, waitForHydration } from './fixtures';
+import type { APIRequestContext, Locator, Page } from '@playwright/test';
+
+const OPERATOR = 'admin@localhost';
+const OPERATOR_PASSWORD = 'e2e operator password';
+const ADMIN_PASSWORD = 'tenant admin password';
+
+const unique = (name: string) => `${name}-${randomBytes(3).toString('hex')}`;
+
+async function signIn(page: Page, email: string, password: string) {
+  await page.goto('/sign-in');
+  await waitForHydration(page);
+  await page.getByLabel('Email').fill(email);
+  await page.getByLabel('Password').fill(password);
+  await page.getByLabel('Password').press('Enter');
+  await expect(page.getByTestId('nav-account')).toHaveText(email);
+}
+
+async function serverFn(page: Page, endpoint: string, args: object): Promise<string> {
+  const response = await page.request.post(`/api/${endpoint}`, { data: args });
+  const body = await response.text();
+  expect(response.ok(), `${endpoint}: ${body}`).toBe(true);
+  return body;
+}
+
+/** Sends checks every `everyMs` until stopped; counts the answers. */
+function traffic(request: APIRequestContext, key: string, everyMs: number) {
+  const seen = { allowed: 0, denied: 0, other: 0 };
+  let running = true;
+  const done = (async () => {
+    while (running) {
+      const response = await request.post('/v1/check', {
+        headers: { 'X-API-Key': key },
+        data: { route: 'POST /checkout' },
+      });
+      const status = response.status();
+      if (status === 200) seen.allowed += 1;
+      else if (status === 429) seen.denied += 1;
+      else seen.other += 1;
+      await new Promise((r) => setTimeout(r, everyMs));
+    }
+  })();
+  return { seen, stop: async () => { running = false; await done; } };
+}
+
+const frame = (page: Page) => page.getByTestId('dashboard-frame');
+
+async function numberAttr(locator: Locator, name: string): Promise<number> {
+  return Number(await locator.getAttribute(name));
+}
+
+/** Waits for a newer frame than the one on the page now, and returns the old and new `data-latest`. */
+async function nextFrame(page: Page): Promise<[number, number]> {
+  const before = await numberAttr(frame(page), 'data-latest');
+  await expect.poll(() => numberAttr(frame(page), 'data-latest'), { timeout: 5_000 }).toBeGreaterThan(before);
+  return [before, await numberAttr(frame(page), 'data-latest')];
+}
+
+test('the fleet and tenant dashboards update live while traffic flows', async ({
+  page, browserErrors, saveScreenshot, request,
+}) => {
+  void browserErrors;
+  await signIn(page, OPERATOR, OPERATOR_PASSWORD);
+  const tenant = JSON.parse(await serverFn(page, 'tenants/create', { name: unique('dash') })).id as string;
+  const email = `${unique('dash-admin')}@example.com`;
+  await serverFn(page, 'tenants/add_admin', { tenant, email, password: ADMIN_PASSWORD });
+  await serverFn(page, 'rules/save', {
+    tenant, id: null,
+    body: { name: 'checkout', match: 'exact', route: 'POST /checkout', scope: 'tenant', algorithm: 'fixed_window', limit: 10, period_ms: 1000 },
+  });
+  // A check key made as the console makes it: only its hash and prefix reach the server.
+  const key = `sl_chk_${randomBytes(32).toString('hex')}`;
+  await serverFn(page, 'keys/create', {
+    tenant, kind: 'check', name: 'load',
+    hash: createHash('sha256').update(key).digest('hex'), prefix: key.slice(0, 12),
+  });
+
+  // About 25 checks a second against a limit of 10 a second: some allowed, some denied.
+  const load = traffic(request, key, 40);
+  try {
+    await page.goto('/dashboard');
+    await waitForHydration(page);
+    await expect(page.getByRole('heading', { name: 'Fleet dashboard' })).toBeVisible();
+    await expect(page.getByTestId('live-status')).toHaveAttribute('data-status', 'live');
+    await expect(page.getByTestId('chart-decisions').locator('svg')).toHaveCount(1);
+    await expect(page.getByTestId('chart-latency').locator('svg')).toHaveCount(1);
+    // The charts have units and legends.
+    await expect(page.getByTestId('chart-decisions')).toContainText('decisions per second');
+    await expect(page.getByTestId('chart-decisions')).toContainText('denied');
+    await expect(page.getByTestId('chart-latency')).toContainText('Redis round trip (ms)');
+
+    // Frames keep coming, and the counts grow with the traffic.
+    const decided = async () => (await numberAttr(frame(page), 'data-allowed')) + (await numberAttr(frame(page), 'data-denied'));
+    await expect.poll(decided, { timeout: 5_000 }).toBeGreaterThan(0);
+    const firstCount = await decided();
+    await saveScreenshot('dashboard-fleet-1');
+    const [t1, t2] = await nextFrame(page);
+    expect(t2).toBeGreaterThan(t1);
+    await expect.poll(decided, { timeout: 5_000 }).toBeGreaterThan(firstCount);
+    await expect.poll(() => numberAttr(frame(page), 'data-denied'), { timeout: 5_000 }).toBeGreaterThan(0);
+    await saveScreenshot('dashboard-fleet-2');
+    // A frame is at most about two seconds behind the wall clock.
+    const lag = Date.now() / 1000 - (await numberAttr(frame(page), 'data-latest'));
+    expect(lag).toBeLessThan(3.5);
+    await expect(page.getByTestId('top-policies')).toContainText('checkout');
+    await expect(page.getByTestId('top-tenants')).toContainText('dash-');
+    await expect(page.getByTestId('instances').locator('tbody tr')).toHaveCount(1);
+    await expect(page.getByTestId('tile-active')).toContainText('Active keys');
+    await expect(page.getByTestId('tile-cache')).toContainText('key');
+
+    // Ranges switch the stream.
+    for (const range of ['1h', '24h', '5m']) {
+      await page.getByTestId(`range-${range}`).click();
+      await expect(page.getByTestId(`range-${range}`)).toHaveAttribute('aria-pressed', 'true');
+      await expect(frame(page)).toHaveAttribute('data-range', range);
+      await nextFrame(page);
+    }
+    await page.getByTestId('range-1h').click();
+    await expect(frame(page)).toHaveAttribute('data-range', '1h');
+    await saveScreenshot('dashboard-fleet-1h');
+
+    // The tenant admin's view: their policies only, live as well.
+    await page.goto('/account');
+    await waitForHydration(page);
+    await page.getByTestId('sign-out').click();
+    await expect(page).toHaveURL(/\/sign-in$/);
+    await signIn(page, email, ADMIN_PASSWORD);
+    await page.goto(`/tenants/${tenant}/dashboard`);
+    await waitForHydration(page);
+    await expect(page.getByTestId('live-status')).toHaveAttribute('data-status', 'live');
+    await expect(page.getByRole('navigation', { name: 'Tenant' }).getByRole('link', { name: 'Dashboard' }))
+      .toHaveAttribute('aria-current', 'page');
+    await expect.poll(decided, { timeout: 5_000 }).toBeGreaterThan(0);
+    await saveScreenshot('dashboard-tenant-1');
+    await nextFrame(page);
+    await expect(page.getByTestId('top-policies')).toContainText('checkout');
+    await expect(page.getByTestId('instances')).toHaveCount(0);
+    await expect(page.getByTestId('top-tenants')).toHaveCount(0);
+    await saveScreenshot('dashboard-tenant-2');
+
+    // The fleet is not theirs.
+    const fleet = await page.request.get('/live/dashboard');
+    expect(fleet.status()).toBe(403);
+  } finally {
+    await load.stop();
+  }
+  expect(load.seen.other, 'every check was answered 200 or 429').toBe(0);
+  expect(load.seen.denied).toBeGreaterThan(0);
+});
