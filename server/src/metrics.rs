@@ -8,8 +8,8 @@ use axum::http::header::CONTENT_TYPE;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 
 use crate::dashboard::Recorder;
@@ -37,6 +37,8 @@ pub struct Metrics {
     pub cache_lookups: IntCounterVec,
     /// The current second, for the fleet dashboards.
     pub live: Arc<Recorder>,
+    /// Active keys of every tenant, as the dashboards last counted them.
+    pub active_keys: IntGauge,
 }
 
 const LATENCY_BUCKETS: [f64; 14] = [
@@ -111,8 +113,14 @@ impl Metrics {
             "limiter_seconds",
             "Time of the limiter call (the Redis round trip in distributed mode).",
         );
+        let active_keys = IntGauge::new(
+            "active_keys",
+            "Buckets checked in the last 5 minutes, all tenants (HyperLogLog on Redis: 0.81% standard error).",
+        )
+        .expect("valid metric");
         for collector in [
-            Box::new(build_info) as Box<dyn prometheus::core::Collector>,
+            Box::new(active_keys.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(build_info),
             Box::new(http_requests.clone()),
             Box::new(http_duration.clone()),
             Box::new(decisions.clone()),
@@ -139,6 +147,7 @@ impl Metrics {
             limiter_seconds,
             cache_lookups,
             live: Arc::default(),
+            active_keys,
         }
     }
 

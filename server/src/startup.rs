@@ -191,7 +191,7 @@ impl Application {
         let origin = bus.origin().to_owned();
         let service = AdminService::new(db.clone(), bus, limiter.clone());
         let dashboard = Dashboard::new(
-            metrics.live.clone(),
+            &metrics,
             &limiter,
             db.clone(),
             if embedded { "embedded" } else { "distributed" },

@@ -30,6 +30,7 @@ use std::time::Duration;
 use tokio::sync::broadcast;
 
 use crate::limiter::{keys, Limiter};
+use crate::metrics::Metrics;
 use crate::store::{self, Db};
 pub use recorder::{Outcome, Recorder, Snapshot};
 use series::{Beat, SeriesStore, SEP};
@@ -39,8 +40,9 @@ use view::{Frame, Scope, View};
 const PENDING_MAX: usize = 600;
 /// Seconds re-read each tick, for instances that write a little later.
 const REREAD: i64 = 4;
-/// How often active keys and tenant names are refreshed.
-const SLOW_EVERY: i64 = 5;
+/// How often (in seconds) active keys and tenant names are refreshed; sooner when a tenant
+/// without a name shows up.
+const SLOW_EVERY: i64 = 2;
 
 /// This instance's side of the dashboards. Cloning shares it.
 #[derive(Debug, Clone)]
@@ -51,6 +53,7 @@ pub struct Dashboard {
 #[derive(Debug)]
 struct Inner {
     recorder: Arc<Recorder>,
+    active_gauge: prometheus::IntGauge,
     store: SeriesStore,
     db: Db,
     view: RwLock<View>,
@@ -69,7 +72,7 @@ fn now_ms() -> i64 {
 impl Dashboard {
     /// The dashboards of an instance that records into `recorder`; `mode` is "embedded" or
     /// "distributed".
-    pub fn new(recorder: Arc<Recorder>, limiter: &Limiter, db: Db, mode: &str) -> Self {
+    pub fn new(metrics: &Metrics, limiter: &Limiter, db: Db, mode: &str) -> Self {
         let store = match limiter {
             Limiter::InProcess(memory) => SeriesStore::memory(memory.clone()),
             Limiter::Redis(redis) => SeriesStore::Redis(redis.clone()),
@@ -78,7 +81,8 @@ impl Dashboard {
         let id = uuid::Uuid::new_v4().simple().to_string()[..12].to_owned();
         Self {
             inner: Arc::new(Inner {
-                recorder,
+                recorder: metrics.live.clone(),
+                active_gauge: metrics.active_keys.clone(),
                 store,
                 db,
                 view: RwLock::default(),
@@ -220,8 +224,12 @@ impl Dashboard {
         };
         let minutes = store.minutes(minute_from, minute).await?;
         let instances = store.alive(now_ms()).await?;
+        let unnamed = {
+            let view = self.view();
+            view.series.iter().any(|(t, _)| !view.names.contains_key(t))
+        };
         let mut slow_data = None;
-        if slow || everything {
+        if slow || everything || unnamed {
             match store::tenants::list(&self.inner.db).await {
                 Ok(tenants) => {
                     let ids: Vec<String> = tenants.iter().map(|t| t.id.clone()).collect();
@@ -237,6 +245,9 @@ impl Dashboard {
         view.put_minutes(minutes, minute_from, minute);
         view.instances = instances;
         if let Some((active, names)) = slow_data {
+            self.inner
+                .active_gauge
+                .set(i64::try_from(active.values().sum::<u64>()).unwrap_or(i64::MAX));
             view.active = active;
             view.names = names;
         }

@@ -185,9 +185,11 @@ fn draw_latency(frame: &Frame, svg: &mut String) -> DrawResult {
     let peak = frame
         .points
         .iter()
-        .filter_map(|p| p.limiter.map(|l| l.max))
+        .flat_map(|p| [p.limiter.map(|l| l.max), p.check.map(|l| l.p99)])
+        .flatten()
         .fold(0.0_f64, f64::max);
-    let top = (peak * 1.35).clamp(1.0, max_bound_ms() * 1.35);
+    // Sub-millisecond latencies (in process) still get a readable scale.
+    let top = (peak * 1.35).clamp(0.1, max_bound_ms() * 1.35);
     let (x0, x1) = span(frame);
     let mut chart = ChartBuilder::on(&root)
         .margin(10)
@@ -198,7 +200,9 @@ fn draw_latency(frame: &Frame, svg: &mut String) -> DrawResult {
     let minutes = frame.range == app::dashboard::Range::Day;
     let time = |t: &f64| clock(t.round() as i64, minutes);
     let value = |v: &f64| {
-        if top < 5.0 {
+        if top < 0.5 {
+            format!("{v:.2}")
+        } else if top < 5.0 {
             format!("{v:.1}")
         } else {
             format!("{v:.0}")
@@ -207,7 +211,7 @@ fn draw_latency(frame: &Frame, svg: &mut String) -> DrawResult {
     chart
         .configure_mesh()
         .x_desc("time (UTC)")
-        .y_desc("Redis round trip (ms)")
+        .y_desc("latency (ms)")
         .x_labels(6)
         .y_labels(5)
         .x_label_formatter(&time)
@@ -240,6 +244,19 @@ fn draw_latency(frame: &Frame, svg: &mut String) -> DrawResult {
                 PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
             });
     }
+    // The whole check: authentication, caches, rules and the limiter call.
+    let check = RGBColor(40, 90, 200);
+    chart
+        .draw_series(segments(
+            frame
+                .points
+                .iter()
+                .map(|p| (p.t as f64, p.check.map(|l| l.p99))),
+            check.stroke_width(1),
+        ))
+        .map_err(|e| fail(&e))?
+        .label("check p99")
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], check));
     // Per-shard p99 only means something with more than one shard.
     if frame.shards.len() > 1 {
         for (k, shard) in frame.shards.iter().enumerate() {
@@ -388,7 +405,11 @@ pub fn html(frame: &Frame) -> String {
     tile(
         &mut out,
         "tile-latency",
-        "Redis p99 (last 10 s)",
+        if frame.shards.iter().any(|s| s == "in-process") {
+            "Limiter p99 (last 10 s)"
+        } else {
+            "Redis p99 (last 10 s)"
+        },
         &frame.recent_latency.map_or("–".to_owned(), |l| ms(l.p99)),
         &frame.recent_latency.map_or("no calls".to_owned(), |l| {
             format!("p50 {} · max {}", ms(l.p50), ms(l.max))
@@ -449,9 +470,11 @@ pub fn html(frame: &Frame) -> String {
         ),
         (
             if fleet && frame.shards.len() > 1 {
-                "Redis latency, fleet and per shard"
+                "Redis round trip, fleet and per shard"
+            } else if frame.shards.iter().any(|s| s == "in-process") {
+                "Limiter latency (in-process, embedded mode)"
             } else {
-                "Redis latency"
+                "Redis round trip"
             },
             "chart-latency",
             latency_svg(frame),
@@ -495,7 +518,7 @@ pub fn html(frame: &Frame) -> String {
     }
     out.push_str("</tbody></table></section>");
     if fleet {
-        out.push_str(r#"<section class="card"><h2>Instances</h2><table data-testid="instances"><thead><tr><th>Instance</th><th>Mode</th><th>Limiter</th><th>Version</th><th>Up since (UTC)</th><th class="num">Checks last second</th></tr></thead><tbody>"#);
+        out.push_str(r#"<section class="card wide"><h2>Instances</h2><table data-testid="instances"><thead><tr><th>Instance</th><th>Mode</th><th>Limiter</th><th>Version</th><th>Up since (UTC)</th><th class="num">Checks last second</th></tr></thead><tbody>"#);
         for b in &frame.instances {
             let _ = write!(
                 out,
@@ -536,7 +559,8 @@ mod tests {
         assert_eq!(html.matches("<svg").count(), 2);
         for text in [
             "decisions per second",
-            "Redis round trip (ms)",
+            "latency (ms)",
+            "Redis round trip",
             "time (UTC)",
             "\nallowed\n",
             "\ndenied\n",

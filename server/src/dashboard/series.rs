@@ -273,7 +273,11 @@ impl SeriesStore {
         now_ms: i64,
     ) -> Result<HashMap<String, u64>, LimiterError> {
         match self {
-            SeriesStore::Memory { limiter, .. } => Ok(limiter.active_by_tenant(now_ms)),
+            SeriesStore::Memory { limiter, .. } => {
+                let mut counts = limiter.active_by_tenant(now_ms);
+                counts.retain(|tenant, _| tenants.contains(tenant));
+                Ok(counts)
+            }
             SeriesStore::Redis(redis) => {
                 // One PFCOUNT per tenant (a tenant's keys share a slot; tenants do not).
                 let counts: Vec<Result<(String, u64), LimiterError>> =

@@ -228,7 +228,7 @@ async fn the_latency_chart_rises_within_three_seconds_of_slowing_redis() {
     assert!(took <= Duration::from_secs(3), "{took:?}");
     // The chart is drawn from the same frame.
     let svg = sluice::dashboard::render::latency_svg(&frame).unwrap();
-    assert!(svg.contains("Redis round trip (ms)"));
+    assert!(svg.contains("latency (ms)"));
 }
 
 /// Checks `count` distinct buckets of `tenant` through the check script, 8 a call.
@@ -428,6 +428,13 @@ async fn the_live_stream_pushes_a_frame_every_second_to_those_allowed() {
     );
     let started = Instant::now();
     let pushed = frames(response, 3).await;
+    let arrived = sluice::store::now_ms();
+    // A frame reaches the browser less than 2 s after the second it ends with is over.
+    let lag_ms = arrived - (latest(&pushed[2]) + 1) * 1000;
+    assert!(
+        (0..2000).contains(&lag_ms),
+        "the last frame lags {lag_ms} ms"
+    );
     assert!(
         started.elapsed() < Duration::from_secs(4),
         "{:?}",
@@ -442,6 +449,13 @@ async fn the_live_stream_pushes_a_frame_every_second_to_those_allowed() {
     );
     assert_eq!(last.matches("<svg").count(), 2);
     assert!(last.contains("instances"));
+    // The active keys of real tenants reach /metrics (the console's own sign-in buckets do not).
+    let active = frame_when(&app, &Scope::Fleet, Duration::from_secs(4), |f| {
+        f.active_total >= 1
+    })
+    .await;
+    assert_eq!(active.active_total, 1, "{:?}", active.active_top);
+    assert_eq!(app.metric("sluice_active_keys ").await, 1.0);
 
     // A tenant admin sees their own tenant, not the fleet and not another tenant.
     let admin_password = sluice::cli::create_user(&app.db, "ta@example.com", Some(&t.id))
