@@ -339,41 +339,33 @@ impl View {
         }
         let denied_of = |c: &[u64; 6]| c[Outcome::Denied.index()];
         let decided_of = |c: &[u64; 6]| c[Outcome::Allowed.index()] + c[Outcome::Denied.index()];
-        let by_policy: Vec<((&str, &str), (u64, u64))> = by_series
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| decided_of(c) > 0 || denied_of(c) > 0)
-            .map(|(id, c)| {
-                let (tenant, policy) = &self.series[id];
-                (
-                    (tenant.as_str(), policy.as_str()),
-                    (denied_of(c), decided_of(c)),
-                )
-            })
-            .collect();
-        let mut top_policies: Vec<Top> = by_policy
-            .iter()
-            .filter(|(_, (denied, _))| *denied > 0)
-            .map(|((tenant, policy), (denied, decided))| Top {
-                tenant: (*tenant).to_owned(),
-                tenant_name: self.name(tenant),
-                policy: (*policy).to_owned(),
-                denied: *denied,
-                decided: *decided,
-            })
-            .collect();
+        let mut top_policies: Vec<Top> = Vec::new();
+        let mut per_tenant: HashMap<&str, (u64, u64)> = HashMap::new();
+        for (id, c) in by_series.iter().enumerate() {
+            let (denied, decided) = (denied_of(c), decided_of(c));
+            if decided == 0 {
+                continue;
+            }
+            let (tenant, policy) = &self.series[id];
+            let row = per_tenant.entry(tenant.as_str()).or_default();
+            row.0 += denied;
+            row.1 += decided;
+            if denied > 0 {
+                top_policies.push(Top {
+                    tenant: tenant.clone(),
+                    tenant_name: self.name(tenant),
+                    policy: policy.clone(),
+                    denied,
+                    decided,
+                });
+            }
+        }
         top_policies.sort_by(|a, b| {
             b.denied
                 .cmp(&a.denied)
                 .then_with(|| a.tenant_name.cmp(&b.tenant_name))
                 .then_with(|| a.policy.cmp(&b.policy))
         });
-        let mut per_tenant: HashMap<&str, (u64, u64)> = HashMap::new();
-        for ((tenant, _), (denied, decided)) in &by_policy {
-            let row = per_tenant.entry(tenant).or_default();
-            row.0 += denied;
-            row.1 += decided;
-        }
         let mut top_tenants: Vec<Top> = per_tenant
             .into_iter()
             .filter(|(_, (denied, _))| fleet && *denied > 0)
