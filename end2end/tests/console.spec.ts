@@ -4,7 +4,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
-import { test, expect, waitForHydration } from './fixtures';
+import { test, expect, signIn, waitForHydration } from './fixtures';
 import type { APIRequestContext, Page, Request } from '@playwright/test';
 
 const OPERATOR = 'admin@localhost';
@@ -13,15 +13,6 @@ const ADMIN_PASSWORD = 'tenant admin password';
 
 const sha256 = (text: string) => createHash('sha256').update(text).digest('hex');
 const unique = (name: string) => `${name}-${randomBytes(3).toString('hex')}`;
-
-async function signIn(page: Page, email: string, password: string) {
-  await page.goto('/sign-in');
-  await waitForHydration(page);
-  await page.getByLabel('Email').fill(email);
-  await page.getByLabel('Password').fill(password);
-  await page.getByLabel('Password').press('Enter');
-  await expect(page.getByTestId('nav-account')).toHaveText(email);
-}
 
 async function signOut(page: Page) {
   await page.goto('/account');

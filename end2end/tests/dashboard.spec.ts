@@ -2,7 +2,7 @@
 // a tenant admin's view take a new frame every second over server-sent events, switch ranges,
 // and are saved as screenshots while they update.
 import { createHash, randomBytes } from 'node:crypto';
-import { test, expect, waitForHydration } from './fixtures';
+import { test, expect, signIn, waitForHydration } from './fixtures';
 import type { APIRequestContext, Locator, Page } from '@playwright/test';
 
 const OPERATOR = 'admin@localhost';
@@ -10,15 +10,6 @@ const OPERATOR_PASSWORD = 'e2e operator password';
 const ADMIN_PASSWORD = 'tenant admin password';
 
 const unique = (name: string) => `${name}-${randomBytes(3).toString('hex')}`;
-
-async function signIn(page: Page, email: string, password: string) {
-  await page.goto('/sign-in');
-  await waitForHydration(page);
-  await page.getByLabel('Email').fill(email);
-  await page.getByLabel('Password').fill(password);
-  await page.getByLabel('Password').press('Enter');
-  await expect(page.getByTestId('nav-account')).toHaveText(email);
-}
 
 async function serverFn(page: Page, endpoint: string, args: object): Promise<string> {
   const response = await page.request.post(`/api/${endpoint}`, { data: args });

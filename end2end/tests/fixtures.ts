@@ -34,4 +34,14 @@ export async function waitForHydration(page: Page) {
   await expect(page.getByTestId('hydration')).toHaveAttribute('data-hydrated', 'true');
 }
 
+/** Signs in through the form (Enter submits it) and waits for the navigation to show `email`. */
+export async function signIn(page: Page, email: string, password: string) {
+  await page.goto('/sign-in');
+  await waitForHydration(page);
+  await page.getByLabel('Email').fill(email);
+  await page.getByLabel('Password').fill(password);
+  await page.getByLabel('Password').press('Enter');
+  await expect(page.getByTestId('nav-account')).toHaveText(email);
+}
+
 export { expect };

@@ -46,7 +46,12 @@ impl Drop for Server {
     }
 }
 
+/// The server under test: `SLUICE_BENCH_BINARY`, or this checkout's release build (set it to
+/// another build to compare two versions side by side).
 fn binary() -> std::path::PathBuf {
+    if let Some(path) = std::env::var_os("SLUICE_BENCH_BINARY") {
+        return path.into();
+    }
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release/sluice");
     assert!(path.exists(), "build the release server first: cargo build --release -p server --bin sluice (scripts/bench does)");
     path

@@ -4,7 +4,8 @@
 
 use std::fmt::Write as _;
 
-use plotters::coord::CoordTranslate;
+use plotters::coord::types::RangedCoordf64;
+use plotters::coord::{CoordTranslate, Shift};
 use plotters::prelude::*;
 
 use super::recorder::Outcome;
@@ -99,30 +100,7 @@ fn draw_decisions(frame: &Frame, svg: &mut String) -> DrawResult {
         .map(|p| rate(p, Outcome::Allowed) + rate(p, Outcome::Denied))
         .fold(0.0_f64, f64::max);
     let top = (peak * 1.35).max(1.0);
-    let (x0, x1) = span(frame);
-    let mut chart = ChartBuilder::on(&root)
-        .margin(10)
-        .x_label_area_size(36)
-        .y_label_area_size(64)
-        .build_cartesian_2d(x0..x1, 0.0..top)
-        .map_err(|e| fail(&e))?;
-    let minutes = frame.range == app::dashboard::Range::Day;
-    let time = |t: &f64| clock(t.round() as i64, minutes);
-    let value = |v: &f64| short(*v);
-    chart
-        .configure_mesh()
-        .x_desc("time (UTC)")
-        .y_desc("decisions per second")
-        .x_labels(6)
-        .y_labels(5)
-        .x_label_formatter(&time)
-        .y_label_formatter(&value)
-        .label_style(("sans-serif", 15))
-        .axis_desc_style(("sans-serif", 16))
-        .light_line_style(WHITE)
-        .bold_line_style(GRID)
-        .draw()
-        .map_err(|e| fail(&e))?;
+    let mut chart = axes(&root, frame, top, "decisions per second", &|v| short(*v))?;
     let at = |p: &super::view::Point| p.t as f64;
     chart
         .draw_series(AreaSeries::new(
@@ -150,6 +128,42 @@ fn draw_decisions(frame: &Frame, svg: &mut String) -> DrawResult {
         .legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], DENIED.filled()));
     legend(&mut chart)?;
     root.present().map_err(|e| fail(&e))
+}
+
+type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// A chart over the frame's time span from 0 to `top`, with its grid and labelled axes.
+fn axes<'a, 'b>(
+    root: &'a DrawingArea<SVGBackend<'b>, Shift>,
+    frame: &Frame,
+    top: f64,
+    y_desc: &str,
+    value: &dyn Fn(&f64) -> String,
+) -> Result<Chart<'a, 'b>, String> {
+    let (x0, x1) = span(frame);
+    let mut chart = ChartBuilder::on(root)
+        .margin(10)
+        .x_label_area_size(36)
+        .y_label_area_size(64)
+        .build_cartesian_2d(x0..x1, 0.0..top)
+        .map_err(|e| fail(&e))?;
+    let minutes = frame.range == app::dashboard::Range::Day;
+    let time = |t: &f64| clock(t.round() as i64, minutes);
+    chart
+        .configure_mesh()
+        .x_desc("time (UTC)")
+        .y_desc(y_desc)
+        .x_labels(6)
+        .y_labels(5)
+        .x_label_formatter(&time)
+        .y_label_formatter(value)
+        .label_style(("sans-serif", 15))
+        .axis_desc_style(("sans-serif", 16))
+        .light_line_style(WHITE)
+        .bold_line_style(GRID)
+        .draw()
+        .map_err(|e| fail(&e))?;
+    Ok(chart)
 }
 
 /// The x range of a frame's charts: its first second to one bin past its last point.
@@ -190,15 +204,6 @@ fn draw_latency(frame: &Frame, svg: &mut String) -> DrawResult {
         .fold(0.0_f64, f64::max);
     // Sub-millisecond latencies (in process) still get a readable scale.
     let top = (peak * 1.35).clamp(0.1, max_bound_ms() * 1.35);
-    let (x0, x1) = span(frame);
-    let mut chart = ChartBuilder::on(&root)
-        .margin(10)
-        .x_label_area_size(36)
-        .y_label_area_size(64)
-        .build_cartesian_2d(x0..x1, 0.0..top)
-        .map_err(|e| fail(&e))?;
-    let minutes = frame.range == app::dashboard::Range::Day;
-    let time = |t: &f64| clock(t.round() as i64, minutes);
     let value = |v: &f64| {
         if top < 0.5 {
             format!("{v:.2}")
@@ -208,20 +213,7 @@ fn draw_latency(frame: &Frame, svg: &mut String) -> DrawResult {
             format!("{v:.0}")
         }
     };
-    chart
-        .configure_mesh()
-        .x_desc("time (UTC)")
-        .y_desc("latency (ms)")
-        .x_labels(6)
-        .y_labels(5)
-        .x_label_formatter(&time)
-        .y_label_formatter(&value)
-        .label_style(("sans-serif", 15))
-        .axis_desc_style(("sans-serif", 16))
-        .light_line_style(WHITE)
-        .bold_line_style(GRID)
-        .draw()
-        .map_err(|e| fail(&e))?;
+    let mut chart = axes(&root, frame, top, "latency (ms)", &value)?;
     type Line = (&'static str, fn(&Latency) -> f64, RGBColor);
     let lines: [Line; 4] = [
         ("p50", |l| l.p50, RGBColor(120, 160, 150)),

@@ -184,13 +184,9 @@ pub const TOP: usize = 10;
 impl View {
     /// Replaces the seconds read from the store, and forgets seconds older than an hour.
     pub fn put_seconds(&mut self, read: Vec<(i64, Fields)>, from: i64, to: i64) {
-        for t in from..=to {
-            self.seconds.remove(&t);
-        }
-        for (t, fields) in read {
-            let bucket = self.parse(&fields);
-            self.seconds.insert(t, bucket);
-        }
+        let mut seconds = std::mem::take(&mut self.seconds);
+        self.replace(&mut seconds, read, from, to);
+        self.seconds = seconds;
         self.latest = self.latest.max(to);
         self.seconds = self
             .seconds
@@ -199,14 +195,28 @@ impl View {
 
     /// Replaces the minutes read from the store, and forgets minutes older than a day.
     pub fn put_minutes(&mut self, read: Vec<(i64, Fields)>, from: i64, to: i64) {
-        for t in from..=to {
-            self.minutes.remove(&t);
-        }
+        let mut minutes = std::mem::take(&mut self.minutes);
+        self.replace(&mut minutes, read, from, to);
+        self.minutes = minutes;
+        self.minutes = self.minutes.split_off(&(to - 24 * 60));
+    }
+
+    /// Replaces `from..=to` of `map` with what was read (a time read empty is dropped).
+    fn replace(
+        &mut self,
+        map: &mut BTreeMap<i64, Bucket>,
+        read: Vec<(i64, Fields)>,
+        from: i64,
+        to: i64,
+    ) {
+        let mut tail = map.split_off(&from);
+        let mut after = tail.split_off(&(to + 1));
+        drop(tail);
         for (t, fields) in read {
             let bucket = self.parse(&fields);
-            self.minutes.insert(t, bucket);
+            map.insert(t, bucket);
         }
-        self.minutes = self.minutes.split_off(&(to - 24 * 60));
+        map.append(&mut after);
     }
 
     fn name(&self, tenant: &str) -> String {

@@ -19,7 +19,7 @@ async fn embedded() -> (TestApp, tempfile::TempDir) {
 }
 
 /// A browser signed in as `email`.
-async fn signed_in(app: &TestApp, email: &str, password: &str) -> Client {
+pub async fn signed_in(app: &TestApp, email: &str, password: &str) -> Client {
     let client = Client::builder().cookie_store(true).build().unwrap();
     let response = client
         .post(app.url("/api/sign_in"))

@@ -14,6 +14,7 @@ use sluice::dashboard::view::{Frame, Scope};
 use sluice::dashboard::Outcome;
 use sluice::limiter::{keys, CheckRequest, Limiter, RedisOptions, RuleCheck};
 
+use crate::console_admin::signed_in;
 use crate::helpers::{embedded_with_operator, rule, setup_tenant, spawn_app, TestApp};
 use crate::loadgen::{self, Load, Mix};
 use crate::services::{shared_postgres, RedisCluster, RedisServer};
@@ -342,21 +343,6 @@ async fn active_keys_are_within_two_percent_at_10k_on_a_cluster() {
     cardinality_on(LimiterTarget::Cluster(cluster.urls()), &[10_000, 10_000]).await;
 }
 
-async fn sign_in(app: &TestApp, email: &str, password: &str) -> reqwest::Client {
-    let client = reqwest::Client::builder()
-        .cookie_store(true)
-        .build()
-        .unwrap();
-    let response = client
-        .post(app.url("/api/sign_in"))
-        .form(&[("email", email), ("password", password)])
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    client
-}
-
 /// Reads server-sent events until `n` `frame` events have arrived; returns their data.
 async fn frames(mut response: reqwest::Response, n: usize) -> Vec<String> {
     let mut text = String::new();
@@ -408,7 +394,7 @@ async fn the_live_stream_pushes_a_frame_every_second_to_those_allowed() {
     let anonymous = app.get("/live/dashboard").await;
     assert_eq!(anonymous.status(), 401);
 
-    let operator = sign_in(&app, "admin@localhost", password).await;
+    let operator = signed_in(&app, "admin@localhost", password).await;
     let bad_range = operator
         .get(app.url("/live/dashboard?range=7d"))
         .send()
@@ -462,7 +448,7 @@ async fn the_live_stream_pushes_a_frame_every_second_to_those_allowed() {
         .await
         .unwrap();
     let other = setup_tenant(&app, &op, &[]).await;
-    let admin = sign_in(&app, "ta@example.com", &admin_password).await;
+    let admin = signed_in(&app, "ta@example.com", &admin_password).await;
     let status = |path: String| {
         let admin = admin.clone();
         let url = app.url(&path);
