@@ -95,9 +95,10 @@ test('the fleet and tenant dashboards update live while traffic flows', async ({
     await expect.poll(decided, { timeout: 5_000 }).toBeGreaterThan(firstCount);
     await expect.poll(() => numberAttr(frame(page), 'data-denied'), { timeout: 5_000 }).toBeGreaterThan(0);
     await saveScreenshot('dashboard-fleet-2');
-    // A frame shows the last second that has ended: at most 2 s behind the wall clock.
+    // The page shows the last second that has ended (the push itself is timed in Rust, in
+    // dashboard.rs; this adds the test's own polling and the screenshot).
     const lag = Date.now() / 1000 - ((await numberAttr(frame(page), 'data-latest')) + 1);
-    expect(lag).toBeLessThan(2);
+    expect(lag).toBeLessThan(3);
     await expect(page.getByTestId('top-policies')).toContainText('checkout');
     await expect(page.getByTestId('top-tenants')).toContainText('dash-');
     await expect(page.getByTestId('instances').locator('tbody tr')).toHaveCount(1);

@@ -17,7 +17,7 @@ use tower_sessions::Session;
 use app::dashboard::Range;
 
 use crate::dashboard::view::Scope;
-use crate::dashboard::{render, Dashboard};
+use crate::dashboard::Dashboard;
 use crate::health;
 use crate::limiter::{keys, CheckRequest, Limiter, RuleCheck};
 use crate::passwords;
@@ -467,7 +467,7 @@ impl Console for ConsoleService {
 
     async fn dashboard(&self, tenant: Option<&str>, range: Range) -> Result<String, AppError> {
         let scope = dashboard_scope(&self.db, &session()?, tenant).await?;
-        Ok(render::html(&self.dashboard.frame(&scope, range)))
+        Ok(self.dashboard.html(&scope, range).to_string())
     }
 }
 

@@ -115,7 +115,7 @@ impl Metrics {
         );
         let active_keys = IntGauge::new(
             "active_keys",
-            "Buckets checked in the last 5 minutes, all tenants (HyperLogLog on Redis: 0.81% standard error).",
+            "Active buckets of all tenants: checked in the last 5 to 6 minutes on Redis (HyperLogLog, 0.81% standard error), live in process.",
         )
         .expect("valid metric");
         for collector in [

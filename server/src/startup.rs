@@ -19,7 +19,7 @@ use crate::cache::Caches;
 use crate::config::{Config, LimiterTarget};
 use crate::console::ConsoleService;
 use crate::dashboard::{self, Dashboard};
-use crate::limiter::{Limiter, RedisOptions};
+use crate::limiter::{Limiter, RedisBackend, RedisOptions};
 use crate::metrics::{self, Metrics};
 use crate::propagation::{self, Bus};
 use crate::service::AdminService;
@@ -190,9 +190,25 @@ impl Application {
         let bus = Bus::new(caches.clone(), &limiter);
         let origin = bus.origin().to_owned();
         let service = AdminService::new(db.clone(), bus, limiter.clone());
+        // The dashboards' reads (an hour at start-up) must not queue behind or time out like
+        // checks: they get a connection and a deadline of their own.
+        let series_options = RedisOptions {
+            timeout: dashboard::series::DEADLINE,
+            connections: 1,
+        };
+        let series = match config.limiter_target() {
+            LimiterTarget::InProcess => None,
+            LimiterTarget::Redis(url) => Some(RedisBackend::single(&url, series_options).await),
+            LimiterTarget::Cluster(nodes) => {
+                Some(RedisBackend::cluster(&nodes, series_options).await)
+            }
+        }
+        .transpose()
+        .context("cannot reach Redis for the dashboards' series")?;
         let dashboard = Dashboard::new(
             &metrics,
             &limiter,
+            series,
             db.clone(),
             if embedded { "embedded" } else { "distributed" },
         );
@@ -316,8 +332,11 @@ impl Application {
             })),
             _ => None,
         };
+        let dashboard = self.dashboard.clone();
         tokio::spawn(async move {
             stop.await;
+            // Open dashboard streams would hold graceful shutdown forever.
+            dashboard.stop();
             let _ = tx.send(());
         });
         axum::serve(self.listener, self.router)

@@ -11,13 +11,13 @@ use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use futures::stream::{self, Stream};
+use futures::stream;
 use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;
 use tower_sessions::Session;
 
 use super::view::Scope;
-use super::{render, Dashboard};
+use super::Dashboard;
 use crate::store::Db;
 
 #[derive(Debug, Deserialize)]
@@ -63,34 +63,77 @@ pub async fn handler(
         Ok(scope) => scope,
         Err(e) => return refuse(&e),
     };
-    Sse::new(frames(dashboard, scope, range))
+    Sse::new(frames(dashboard, db, session, tenant, scope, range))
         .keep_alive(KeepAlive::default())
         .into_response()
 }
 
+/// How often (in frames) an open stream checks again that its session may still see it.
+const RECHECK_EVERY: u32 = 30;
+
 fn frame_event(dashboard: &Dashboard, scope: &Scope, range: Range) -> Event {
-    let frame = dashboard.frame(scope, range);
     Event::default()
         .event("frame")
-        .id(frame.latest.to_string())
-        .data(render::html(&frame))
+        .id(dashboard.view_latest().to_string())
+        .data(&*dashboard.html(scope, range))
+}
+
+/// What a stream needs between frames.
+struct Stream {
+    dashboard: Dashboard,
+    db: Db,
+    session: Session,
+    tenant: Option<String>,
+    scope: Scope,
+    range: Range,
+    ticks: tokio::sync::broadcast::Receiver<i64>,
+    stopping: tokio::sync::watch::Receiver<bool>,
+    sent: u32,
 }
 
 fn frames(
     dashboard: Dashboard,
+    db: Db,
+    session: Session,
+    tenant: Option<String>,
     scope: Scope,
     range: Range,
-) -> impl Stream<Item = Result<Event, Infallible>> {
-    let ticks = dashboard.subscribe();
-    stream::unfold(
-        (dashboard, scope, ticks, true),
-        move |(dashboard, scope, mut ticks, first)| async move {
-            // A slow reader that lagged behind just takes the newest frame.
-            if !first && matches!(ticks.recv().await, Err(RecvError::Closed)) {
+) -> impl futures::Stream<Item = Result<Event, Infallible>> {
+    let state = Stream {
+        ticks: dashboard.subscribe(),
+        stopping: dashboard.stopping(),
+        dashboard,
+        db,
+        session,
+        tenant,
+        scope,
+        range,
+        sent: 0,
+    };
+    stream::unfold(state, |mut s| async move {
+        if s.sent > 0 {
+            // A slow reader that lagged behind just takes the newest frame. The instance
+            // stopping ends the stream, so that shutdown does not wait for open pages.
+            tokio::select! {
+                tick = s.ticks.recv() => {
+                    if matches!(tick, Err(RecvError::Closed)) {
+                        return None;
+                    }
+                }
+                _ = s.stopping.changed() => return None,
+            }
+            // Signed out, suspended or no longer an admin of the tenant: the stream ends
+            // (the browser reconnects and is refused).
+            if s.sent % RECHECK_EVERY == 0
+                && crate::console::dashboard_scope(&s.db, &s.session, s.tenant.as_deref())
+                    .await
+                    .is_err()
+            {
                 return None;
             }
-            let event = frame_event(&dashboard, &scope, range);
-            Some((Ok(event), (dashboard, scope, ticks, false)))
-        },
-    )
+        }
+        let event = frame_event(&s.dashboard, &s.scope, s.range);
+        s.sent += 1;
+        Some((Ok(event), s))
+    })
 }

@@ -23,13 +23,13 @@ pub mod render;
 pub mod series;
 pub mod view;
 
-use std::collections::VecDeque;
-use std::sync::{Arc, RwLock};
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 
-use crate::limiter::{keys, Limiter};
+use crate::limiter::{keys, Limiter, RedisBackend};
 use crate::metrics::Metrics;
 use crate::store::{self, Db};
 pub use recorder::{Outcome, Recorder, Snapshot};
@@ -40,9 +40,12 @@ use view::{Frame, Scope, View};
 const PENDING_MAX: usize = 600;
 /// Seconds re-read each tick, for instances that write a little later.
 const REREAD: i64 = 4;
-/// How often (in seconds) active keys and tenant names are refreshed; sooner when a tenant
+/// How often (in seconds) active keys and tenant names are read; names sooner when a tenant
 /// without a name shows up.
-const SLOW_EVERY: i64 = 2;
+const SLOW_EVERY: i64 = 5;
+
+/// The last HTML of each dashboard: (scope, range) → (its last second, the HTML).
+type Rendered = HashMap<(Scope, app::dashboard::Range), (i64, Arc<str>)>;
 
 /// This instance's side of the dashboards. Cloning shares it.
 #[derive(Debug, Clone)]
@@ -59,6 +62,11 @@ struct Inner {
     view: RwLock<View>,
     /// The second just read into the view; streams wake on it.
     ticks: broadcast::Sender<i64>,
+    /// Set when the instance stops: the task and the streams end.
+    stop: watch::Sender<bool>,
+    /// The last HTML of each scope and range, with the second it ends at: every stream of the
+    /// same dashboard shares one render per second.
+    rendered: Mutex<Rendered>,
     id: String,
     mode: String,
     limiter_kind: String,
@@ -72,10 +80,19 @@ fn now_ms() -> i64 {
 impl Dashboard {
     /// The dashboards of an instance that records into `recorder`; `mode` is "embedded" or
     /// "distributed".
-    pub fn new(metrics: &Metrics, limiter: &Limiter, db: Db, mode: &str) -> Self {
-        let store = match limiter {
-            Limiter::InProcess(memory) => SeriesStore::memory(memory.clone()),
-            Limiter::Redis(redis) => SeriesStore::Redis(redis.clone()),
+    /// `series` is the Redis the series live in, on connections of their own (a distributed
+    /// instance); an embedded instance keeps them in memory.
+    pub fn new(
+        metrics: &Metrics,
+        limiter: &Limiter,
+        series: Option<RedisBackend>,
+        db: Db,
+        mode: &str,
+    ) -> Self {
+        let store = match (limiter, series) {
+            (_, Some(redis)) => SeriesStore::Redis(redis),
+            (Limiter::InProcess(memory), None) => SeriesStore::memory(memory.clone()),
+            (Limiter::Redis(redis), None) => SeriesStore::Redis(redis.clone()),
         };
         let (ticks, _) = broadcast::channel(16);
         let id = uuid::Uuid::new_v4().simple().to_string()[..12].to_owned();
@@ -87,6 +104,8 @@ impl Dashboard {
                 db,
                 view: RwLock::default(),
                 ticks,
+                stop: watch::channel(false).0,
+                rendered: Mutex::default(),
                 id,
                 mode: mode.to_owned(),
                 limiter_kind: limiter.kind().as_str().to_owned(),
@@ -128,6 +147,47 @@ impl Dashboard {
         self.inner.ticks.subscribe()
     }
 
+    /// The last second in the view.
+    pub fn view_latest(&self) -> i64 {
+        self.view().latest
+    }
+
+    /// A receiver that changes to `true` when the instance stops.
+    pub fn stopping(&self) -> watch::Receiver<bool> {
+        self.inner.stop.subscribe()
+    }
+
+    /// Ends the once-a-second task and every live stream (the instance is shutting down).
+    pub fn stop(&self) {
+        let _ = self.inner.stop.send(true);
+    }
+
+    /// The dashboard of `scope` over `range` as HTML, rendered once per second however many
+    /// pages show it.
+    pub fn html(&self, scope: &Scope, range: app::dashboard::Range) -> Arc<str> {
+        let latest = self.view().latest;
+        let key = (scope.clone(), range);
+        if let Some((at, html)) = self.cache().get(&key) {
+            if *at == latest {
+                return html.clone();
+            }
+        }
+        let frame = self.frame(scope, range);
+        let html: Arc<str> = render::html(&frame).into();
+        let mut cache = self.cache();
+        // Scopes come and go with tenants: keep only this second's renders.
+        cache.retain(|_, (at, _)| *at >= frame.latest);
+        cache.insert(key, (frame.latest, html.clone()));
+        html
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, Rendered> {
+        self.inner
+            .rendered
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Runs the once-a-second work until the process ends.
     pub fn spawn(&self) -> tokio::task::JoinHandle<()> {
         let dashboard = self.clone();
@@ -137,20 +197,28 @@ impl Dashboard {
     async fn run(&self) {
         let mut pending: VecDeque<(i64, Vec<(String, i64)>)> = VecDeque::new();
         let mut shard_map: Option<Vec<(u16, u16, String)>> = None;
-        let mut loaded = false;
+        // The next second this instance has not read yet (None: read the whole hour).
+        let mut unread: Option<i64> = None;
         let mut failing = false;
         let mut tick: i64 = 0;
+        let mut stop = self.inner.stop.subscribe();
         loop {
             // Wake just after the second ends.
             let now = now_ms();
             let next = (now.div_euclid(1000) + 1) * 1000 + 30;
-            tokio::time::sleep(Duration::from_millis((next - now) as u64)).await;
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis((next - now) as u64)) => {}
+                _ = stop.changed() => return,
+            }
             let second = now_ms().div_euclid(1000) - 1;
             tick += 1;
 
             if tick % 30 == 1 {
                 match self.inner.store.shard_map().await {
-                    Ok(map) => shard_map = map,
+                    Ok(map) => {
+                        self.view_mut().shard_map = map.clone().unwrap_or_default();
+                        shard_map = map;
+                    }
                     Err(e) => tracing::debug!(error = %e, "cannot read the Cluster's slots"),
                 }
             }
@@ -169,6 +237,8 @@ impl Dashboard {
                 last_ms: now_ms(),
                 checks,
             };
+            // Seconds written late (after an outage) must be read again.
+            let mut oldest_written = second;
             while let Some((sec, fields)) = pending.front() {
                 if *sec < second - series::SECONDS_KEPT {
                     pending.pop_front();
@@ -176,6 +246,7 @@ impl Dashboard {
                 }
                 match self.inner.store.write(*sec, fields, &beat).await {
                     Ok(()) => {
+                        oldest_written = oldest_written.min(*sec);
                         pending.pop_front();
                         if failing {
                             tracing::info!("dashboard series written again");
@@ -192,66 +263,103 @@ impl Dashboard {
                 }
             }
 
-            if let Err(e) = self.refresh(second, !loaded, tick % SLOW_EVERY == 1).await {
+            // Read again: the last few seconds (other instances write a little later), what
+            // this instance wrote late or missed, and every 30 s the last 10 minutes (other
+            // instances' late writes).
+            let mut from = match unread {
+                None => second - series::SECONDS_KEPT + 1,
+                Some(next) => next.min(second - REREAD).min(oldest_written),
+            };
+            if tick % 30 == 0 {
+                from = from.min(second - 600);
+            }
+            let from = from.max(second - series::SECONDS_KEPT + 1);
+            let everything = unread.is_none();
+            if let Err(e) = self.refresh(second, from, everything).await {
                 tracing::debug!(error = %e, "cannot read the dashboard series");
                 continue;
             }
-            loaded = true;
+            unread = Some(second + 1);
+            if tick % SLOW_EVERY == 1 || everything || self.has_unnamed() {
+                self.refresh_tenants(second, tick % SLOW_EVERY == 1 || everything)
+                    .await;
+            }
             let _ = self.inner.ticks.send(second);
         }
     }
 
-    /// Reads the fleet into the view: the last few seconds (or the whole hour and day at
-    /// first), the current minutes, the instances, and now and then active keys and names.
+    /// Whether a tenant in the view has no name yet (it was created since the last read).
+    fn has_unnamed(&self) -> bool {
+        let view = self.view();
+        view.series.iter().any(|(t, _)| !view.names.contains_key(t))
+    }
+
+    /// Reads the fleet into the view: seconds `from..=second` and their minutes (or the whole
+    /// day at first), and the instances alive.
     async fn refresh(
         &self,
         second: i64,
+        from: i64,
         everything: bool,
-        slow: bool,
     ) -> Result<(), crate::limiter::LimiterError> {
         let store = &self.inner.store;
-        let from = if everything {
-            second - series::SECONDS_KEPT + 1
-        } else {
-            second - REREAD
-        };
         let seconds = store.seconds(from, second).await?;
         let minute = second.div_euclid(60);
         let minute_from = if everything {
             minute - 24 * 60
         } else {
-            minute - 1
+            from.div_euclid(60)
         };
         let minutes = store.minutes(minute_from, minute).await?;
         let instances = store.alive(now_ms()).await?;
-        let unnamed = {
-            let view = self.view();
-            view.series.iter().any(|(t, _)| !view.names.contains_key(t))
-        };
-        let mut slow_data = None;
-        if slow || everything || unnamed {
-            match store::tenants::list(&self.inner.db).await {
-                Ok(tenants) => {
-                    let ids: Vec<String> = tenants.iter().map(|t| t.id.clone()).collect();
-                    let active = store.active_keys(&ids, now_ms()).await?;
-                    let names = tenants.into_iter().map(|t| (t.id, t.name)).collect();
-                    slow_data = Some((active, names));
-                }
-                Err(e) => tracing::debug!(error = %e, "cannot list tenants for the dashboard"),
-            }
-        }
         let mut view = self.view_mut();
         view.put_seconds(seconds, from, second);
         view.put_minutes(minutes, minute_from, minute);
         view.instances = instances;
-        if let Some((active, names)) = slow_data {
+        Ok(())
+    }
+
+    /// Reads the tenants' names and, when `count`, the active keys of the tenants that had
+    /// checks in the last 6 minutes. A tenant whose count cannot be read keeps its last one.
+    async fn refresh_tenants(&self, second: i64, count: bool) {
+        let tenants = match store::tenants::list(&self.inner.db).await {
+            Ok(tenants) => tenants,
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot list tenants for the dashboards");
+                return;
+            }
+        };
+        let names: HashMap<String, String> = tenants.into_iter().map(|t| (t.id, t.name)).collect();
+        let mut active = None;
+        if count {
+            let recent: Vec<String> = self
+                .view()
+                .tenants_since(second - 360)
+                .into_iter()
+                .filter(|t| names.contains_key(t))
+                .collect();
+            let (counts, failed) = self.inner.store.active_keys(&recent, now_ms()).await;
+            if !failed.is_empty() {
+                tracing::debug!(
+                    tenants = failed.len(),
+                    "cannot count some tenants' active keys"
+                );
+            }
+            active = Some((counts, failed));
+        }
+        let mut view = self.view_mut();
+        view.names = names;
+        if let Some((counts, failed)) = active {
+            let kept: Vec<(String, u64)> = failed
+                .iter()
+                .filter_map(|t| view.active.get(t).map(|n| (t.clone(), *n)))
+                .collect();
+            view.active = counts;
+            view.active.extend(kept);
             self.inner
                 .active_gauge
-                .set(i64::try_from(active.values().sum::<u64>()).unwrap_or(i64::MAX));
-            view.active = active;
-            view.names = names;
+                .set(i64::try_from(view.active.values().sum::<u64>()).unwrap_or(i64::MAX));
         }
-        Ok(())
     }
 
     /// A snapshot as stored fields. Slots become shards through the Cluster's slot map.

@@ -346,6 +346,7 @@ fn top_table(out: &mut String, title: &str, testid: &str, rows: &[Top], with_pol
 pub fn html(frame: &Frame) -> String {
     let mut out = String::with_capacity(64 * 1024);
     let fleet = frame.scope == Scope::Fleet;
+    let in_process = frame.in_process;
     let decided = frame.total(Outcome::Allowed) + frame.total(Outcome::Denied);
     let _ = write!(
         out,
@@ -392,12 +393,16 @@ pub fn html(frame: &Frame) -> String {
         "tile-active",
         "Active keys",
         &short(frame.active_total as f64),
-        "buckets checked in the last 5 min",
+        if in_process {
+            "live buckets (not yet expired)"
+        } else {
+            "buckets checked in the last 5–6 min"
+        },
     );
     tile(
         &mut out,
         "tile-latency",
-        if frame.shards.iter().any(|s| s == "in-process") {
+        if in_process {
             "Limiter p99 (last 10 s)"
         } else {
             "Redis p99 (last 10 s)"
@@ -463,10 +468,12 @@ pub fn html(frame: &Frame) -> String {
         (
             if fleet && frame.shards.len() > 1 {
                 "Redis round trip, fleet and per shard"
-            } else if frame.shards.iter().any(|s| s == "in-process") {
+            } else if in_process {
                 "Limiter latency (in-process, embedded mode)"
-            } else {
+            } else if fleet {
                 "Redis round trip"
+            } else {
+                "Redis round trip of the shard that holds this tenant's counters"
             },
             "chart-latency",
             latency_svg(frame),
@@ -498,7 +505,7 @@ pub fn html(frame: &Frame) -> String {
     }
     out.push_str(r#"<section class="card"><h2>Active keys</h2><table data-testid="active-keys"><thead><tr><th>Tenant</th><th class="num">Keys</th></tr></thead><tbody>"#);
     if frame.active_top.is_empty() {
-        out.push_str(r#"<tr><td colspan="2" class="muted">No buckets checked in the last 5 minutes.</td></tr>"#);
+        out.push_str(r#"<tr><td colspan="2" class="muted">No active buckets.</td></tr>"#);
     }
     for (id, name, n) in &frame.active_top {
         let _ = write!(

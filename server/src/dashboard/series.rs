@@ -8,6 +8,9 @@
 //! - `sld:{fleet}:alive` a sorted set: instance id → its last heartbeat (Unix ms);
 //! - `sld:{fleet}:beat:<instance>` the instance's last heartbeat (JSON), kept 10 s.
 //!
+//! A second is written by `lua/dashboard_write.lua`, which marks it as written by the instance
+//! so that a retry after a lost reply adds nothing.
+//!
 //! Fields, separated by `\x1f`: `c|tenant|policy|outcome` decisions, `r|shard|bucket` limiter
 //! latency histogram, `d|bucket` check latency histogram, `k|cache|result` cache lookups; all
 //! summed with `HINCRBY` by every instance. Maxima are per instance and second only:
@@ -30,8 +33,11 @@ pub const SECONDS_KEPT: i64 = 3600;
 pub const MINUTES_KEPT: i64 = 7 * 24 * 60;
 /// An instance whose last heartbeat is older than this is not alive.
 pub const ALIVE_MS: i64 = 5_000;
-/// The deadline of dashboard reads and writes (they are off the check path).
-const DEADLINE: Duration = Duration::from_secs(2);
+/// The deadline of dashboard reads and writes (they are off the check path, on connections of
+/// their own).
+pub const DEADLINE: Duration = Duration::from_secs(2);
+/// Adds one instance's second exactly once (see its header).
+const WRITE_SOURCE: &str = include_str!("../../../lua/dashboard_write.lua");
 
 /// A hash of one second or minute: field → value.
 pub type Fields = HashMap<String, i64>;
@@ -130,52 +136,25 @@ impl SeriesStore {
                 Ok(())
             }
             SeriesStore::Redis(redis) => {
-                let mut pipe = redis::pipe();
-                let (s_key, m_key) = (second_key(sec), minute_key(minute));
-                for (field, value) in fields {
-                    if is_max(field) {
-                        pipe.cmd("HSET").arg(&s_key).arg(field).arg(value).ignore();
-                    } else {
-                        pipe.cmd("HINCRBY")
-                            .arg(&s_key)
-                            .arg(field)
-                            .arg(value)
-                            .ignore();
-                        pipe.cmd("HINCRBY")
-                            .arg(&m_key)
-                            .arg(field)
-                            .arg(value)
-                            .ignore();
-                    }
-                }
-                if !fields.is_empty() {
-                    pipe.cmd("PEXPIRE")
-                        .arg(&s_key)
-                        .arg((SECONDS_KEPT + 60) * 1000)
-                        .ignore();
-                    pipe.cmd("PEXPIRE")
-                        .arg(&m_key)
-                        .arg((MINUTES_KEPT + 60) * 60_000)
-                        .ignore();
-                }
-                let json = serde_json::to_string(beat).expect("a beat serializes");
-                pipe.cmd("SET")
+                let mut eval = redis::cmd("EVAL");
+                eval.arg(WRITE_SOURCE)
+                    .arg(4)
+                    .arg(second_key(sec))
+                    .arg(minute_key(minute))
+                    .arg(ALIVE_KEY)
                     .arg(beat_key(&beat.id))
-                    .arg(json)
-                    .arg("PX")
-                    .arg(ALIVE_MS * 2)
-                    .ignore();
-                pipe.cmd("ZADD")
-                    .arg(ALIVE_KEY)
-                    .arg(beat.last_ms)
+                    .arg((SECONDS_KEPT + 60) * 1000)
+                    .arg((MINUTES_KEPT + 60) * 60_000)
                     .arg(&beat.id)
-                    .ignore();
-                pipe.cmd("ZREMRANGEBYSCORE")
-                    .arg(ALIVE_KEY)
-                    .arg("-inf")
-                    .arg(beat.last_ms - SECONDS_KEPT * 1000)
-                    .ignore();
-                redis.pipeline::<()>(&pipe, DEADLINE).await
+                    .arg(beat.last_ms)
+                    .arg(serde_json::to_string(beat).expect("a beat serializes"))
+                    .arg(ALIVE_MS * 2)
+                    .arg(beat.last_ms - SECONDS_KEPT * 1000);
+                for (field, value) in fields {
+                    eval.arg(field).arg(value);
+                }
+                let _added: i64 = redis.query_within(&eval, DEADLINE).await?;
+                Ok(())
             }
         }
     }
@@ -264,39 +243,48 @@ impl SeriesStore {
         Ok(beats)
     }
 
-    /// Active keys of each tenant at `now_ms`: on Redis the union of the tenant's last
+    /// Active keys of each of `tenants` at `now_ms`: on Redis the union of the tenant's last
     /// [`keys::ACTIVE_WINDOW_MINUTES`] HyperLogLogs (standard error 0.81%); in process, the
-    /// exact number of live buckets.
+    /// exact number of live buckets. Also returns the tenants whose count could not be read.
     pub async fn active_keys(
         &self,
         tenants: &[String],
         now_ms: i64,
-    ) -> Result<HashMap<String, u64>, LimiterError> {
+    ) -> (HashMap<String, u64>, Vec<String>) {
         match self {
             SeriesStore::Memory { limiter, .. } => {
+                let wanted: std::collections::HashSet<&String> = tenants.iter().collect();
                 let mut counts = limiter.active_by_tenant(now_ms);
-                counts.retain(|tenant, _| tenants.contains(tenant));
-                Ok(counts)
+                counts.retain(|tenant, _| wanted.contains(tenant));
+                (counts, Vec::new())
             }
             SeriesStore::Redis(redis) => {
                 // One PFCOUNT per tenant (a tenant's keys share a slot; tenants do not).
-                let counts: Vec<Result<(String, u64), LimiterError>> =
+                let results: Vec<(String, Result<u64, LimiterError>)> =
                     futures::stream::iter(tenants.iter().cloned())
                         .map(|tenant| async move {
                             let mut cmd = redis::cmd("PFCOUNT");
                             for key in keys::active_window(&tenant, now_ms) {
                                 cmd.arg(key);
                             }
-                            let n: u64 = redis.query_within(&cmd, DEADLINE).await?;
-                            Ok((tenant, n))
+                            let n = redis.query_within(&cmd, DEADLINE).await;
+                            (tenant, n)
                         })
                         .buffer_unordered(16)
                         .collect()
                         .await;
-                counts
-                    .into_iter()
-                    .filter(|r| !matches!(r, Ok((_, 0))))
-                    .collect()
+                let mut counts = HashMap::new();
+                let mut failed = Vec::new();
+                for (tenant, result) in results {
+                    match result {
+                        Ok(0) => {}
+                        Ok(n) => {
+                            counts.insert(tenant, n);
+                        }
+                        Err(_) => failed.push(tenant),
+                    }
+                }
+                (counts, failed)
             }
         }
     }

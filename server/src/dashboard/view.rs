@@ -9,7 +9,7 @@ use super::recorder::{Histogram, Outcome, BOUNDS_US, BUCKETS};
 use super::series::{Beat, Fields, SEP};
 
 /// Whose traffic a dashboard shows.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Scope {
     Fleet,
     Tenant(String),
@@ -97,6 +97,8 @@ pub struct View {
     pub active: HashMap<String, u64>,
     /// Tenant id → name.
     pub names: HashMap<String, String>,
+    /// A Redis Cluster's slot ranges and their masters (empty without a Cluster).
+    pub shard_map: Vec<(u16, u16, String)>,
     /// Every (tenant, policy) seen, numbered in order of appearance.
     pub series: Vec<(String, String)>,
     series_ids: HashMap<(String, String), u32>,
@@ -163,6 +165,8 @@ pub struct Frame {
     pub bin_seconds: i64,
     pub points: Vec<Point>,
     pub shards: Vec<String>,
+    /// The limiter is in process (embedded mode): no Redis.
+    pub in_process: bool,
     /// Counts by [`Outcome::index`] over the range.
     pub totals: [u64; 6],
     pub top_policies: Vec<Top>,
@@ -219,6 +223,37 @@ impl View {
         map.append(&mut after);
     }
 
+    /// The Cluster master that holds `tenant`'s counters, when there is a Cluster.
+    fn shard_of(&self, tenant: &str) -> Option<&str> {
+        let slot = crate::limiter::keys::slot(&format!("{{{tenant}}}"));
+        self.shard_map
+            .iter()
+            .find(|(start, end, _)| (*start..=*end).contains(&slot))
+            .map(|(_, _, shard)| shard.as_str())
+    }
+
+    /// The tenants with decisions in the seconds since `from`.
+    pub fn tenants_since(&self, from: i64) -> Vec<String> {
+        let mut seen = vec![false; self.series.len()];
+        for (_, b) in self.seconds.range(from..) {
+            for (id, _) in &b.decisions {
+                if let Some(s) = seen.get_mut(*id as usize) {
+                    *s = true;
+                }
+            }
+        }
+        let mut tenants: Vec<String> = self
+            .series
+            .iter()
+            .zip(seen)
+            .filter(|(_, seen)| *seen)
+            .map(|((tenant, _), _)| tenant.clone())
+            .collect();
+        tenants.sort_unstable();
+        tenants.dedup();
+        tenants
+    }
+
     fn name(&self, tenant: &str) -> String {
         self.names
             .get(tenant)
@@ -231,7 +266,12 @@ impl View {
         let bin = range.bin_seconds();
         let n = (range.seconds() / bin) as usize;
         let end = self.latest;
-        let start = end - range.seconds() + 1;
+        // The day is whole minutes, ending with the current one.
+        let start = if range == Range::Day {
+            (end.div_euclid(60) + 1) * 60 - range.seconds()
+        } else {
+            end - range.seconds() + 1
+        };
         let fleet = *scope == Scope::Fleet;
         let wanted = |tenant: &str| match scope {
             Scope::Fleet => true,
@@ -242,7 +282,7 @@ impl View {
         // Which stored buckets feed which point: seconds for the short ranges, minutes for
         // the day (a minute's second 0 stands for the minute).
         let sources: Vec<(i64, &Bucket)> = if range == Range::Day {
-            let (from, to) = (start.div_euclid(60), end.div_euclid(60));
+            let (from, to) = (start / 60, end.div_euclid(60));
             self.minutes
                 .range(from..=to)
                 .map(|(m, b)| (m * 60, b))
@@ -253,6 +293,12 @@ impl View {
                 .map(|(s, b)| (*s, b))
                 .collect()
         };
+        let in_process = self
+            .seconds
+            .values()
+            .next_back()
+            .is_some_and(|b| b.limiter.contains_key("in-process"))
+            || self.instances.iter().any(|i| i.limiter == "in-process");
         let mut shards: Vec<String> = Vec::new();
         if fleet {
             for (_, b) in &sources {
@@ -282,14 +328,18 @@ impl View {
         let mut totals = [0_u64; 6];
         let mut by_series = vec![[0_u64; 6]; self.series.len()];
         let mut cache: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
-        let mut recent_counts = [0_u64; 6];
-        let mut recent_latency = Histogram::default();
+        // A tenant's latency is that of the shard holding its counters (every shard when
+        // there is no Cluster); the whole check's latency is only the fleet's.
+        let tenant_shard: Option<&str> = match scope {
+            Scope::Tenant(t) => self.shard_of(t),
+            Scope::Fleet => None,
+        };
+        let counted = |shard: &str| tenant_shard.is_none_or(|s| s == shard);
         for (t, b) in &sources {
             let i = ((t - start).max(0) / bin) as usize;
             let Some(point) = acc.get_mut(i.min(n - 1)) else {
                 continue;
             };
-            let recent = *t > end - 10;
             for (id, counts) in &b.decisions {
                 let id = *id as usize;
                 if !wanted_series.get(id).copied().unwrap_or(false) {
@@ -300,22 +350,19 @@ impl View {
                     point.counts[o] += counts[o];
                     sum[o] += counts[o];
                 }
-                if recent {
-                    for o in 0..6 {
-                        recent_counts[o] += counts[o];
-                    }
-                }
             }
             for (shard, h) in &b.limiter {
-                point.limiter.merge(h);
-                if recent {
-                    recent_latency.merge(h);
+                if !counted(shard) {
+                    continue;
                 }
+                point.limiter.merge(h);
                 if let Some(k) = shards.iter().position(|s| s == shard) {
                     point.shards[k].merge(h);
                 }
             }
-            point.check.merge(&b.check);
+            if fleet {
+                point.check.merge(&b.check);
+            }
             if fleet {
                 for ((name, result), v) in &b.cache {
                     let c = cache.entry(name.as_str()).or_default();
@@ -405,7 +452,24 @@ impl View {
         active_top.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.1.cmp(&b.1)));
         active_top.truncate(TOP);
 
-        let window = 10.0_f64.min((end - start + 1) as f64);
+        // "Now" is the last 10 seconds whatever the range.
+        let mut recent_counts = [0_u64; 6];
+        let mut recent_latency = Histogram::default();
+        for b in self.seconds.range(end - 9..=end).map(|(_, b)| b) {
+            for (id, counts) in &b.decisions {
+                if wanted_series.get(*id as usize).copied().unwrap_or(false) {
+                    for o in 0..6 {
+                        recent_counts[o] += counts[o];
+                    }
+                }
+            }
+            for (shard, h) in &b.limiter {
+                if counted(shard) {
+                    recent_latency.merge(h);
+                }
+            }
+        }
+        let window = 10.0;
         Frame {
             scope: scope.clone(),
             range,
@@ -413,6 +477,7 @@ impl View {
             bin_seconds: bin,
             points,
             shards,
+            in_process,
             totals,
             top_policies,
             top_tenants,
@@ -457,6 +522,63 @@ pub fn max_bound_ms() -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_day_is_720_points_of_whole_minutes_ending_with_the_current_one() {
+        let mut view = View::default();
+        let one = || fields(&[("c|t|p|denied", 1)]);
+        // Minute 100 is the current one (second 6,030); minute -1,340 is a day and a minute ago.
+        view.put_minutes(
+            vec![(100, one()), (99, one()), (-1_339, one()), (-1_340, one())],
+            -1_400,
+            100,
+        );
+        view.put_seconds(Vec::new(), 6_030, 6_030);
+        let day = view.frame(&Scope::Fleet, Range::Day);
+        assert_eq!(day.points.len(), 720);
+        assert_eq!(day.points[0].t, -1_339 * 60);
+        assert_eq!(day.points[0].counts[1], 1);
+        assert_eq!(day.points[719].t, 99 * 60);
+        assert_eq!(day.points[719].counts[1], 2);
+        assert_eq!(
+            day.total(Outcome::Denied),
+            3,
+            "the minute before the day is out"
+        );
+    }
+
+    #[test]
+    fn a_tenant_sees_the_latency_of_its_own_shard_only() {
+        let mut view = View::default();
+        let slot = crate::limiter::keys::slot("{t1}");
+        view.shard_map = vec![
+            (0, slot, "a:7000".into()),
+            (slot + 1, 16_383, "b:7000".into()),
+        ];
+        view.put_seconds(
+            vec![(
+                50,
+                fields(&[
+                    ("r|a:7000|4", 5),
+                    ("r|b:7000|20", 5),
+                    ("d|9", 10),
+                    ("c|t1|p|allowed", 10),
+                ]),
+            )],
+            50,
+            50,
+        );
+        let fleet = view.frame(&Scope::Fleet, Range::FiveMinutes);
+        assert_eq!(fleet.recent_latency.unwrap().max, 75.0);
+        assert!(fleet.points[299].check.is_some());
+        let tenant = view.frame(&Scope::Tenant("t1".into()), Range::FiveMinutes);
+        assert_eq!(tenant.recent_latency.unwrap().max, 0.3);
+        assert_eq!(tenant.points[299].limiter.unwrap().p99, 0.3);
+        assert!(
+            tenant.points[299].check.is_none(),
+            "the check's latency is the fleet's"
+        );
+    }
 
     fn fields(pairs: &[(&str, i64)]) -> Fields {
         pairs
@@ -508,6 +630,10 @@ mod tests {
         assert_eq!(tenant.denial_rate(), Some(0.0));
         assert!(tenant.top_policies.is_empty() && tenant.cache.is_empty());
         assert!(tenant.shards.is_empty());
+
+        // Now is the last 10 s of seconds whatever the range.
+        let day = view.frame(&Scope::Fleet, Range::Day);
+        assert_eq!(day.recent_rate, (1.5, 0.5));
 
         // An hour bins 5 seconds a point.
         let hour = view.frame(&Scope::Fleet, Range::Hour);

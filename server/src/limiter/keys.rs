@@ -40,8 +40,8 @@ pub fn rule_part(rule_id: &str, algorithm: app::rules::Algorithm) -> String {
 }
 
 /// How many minutes of active-key HyperLogLogs make up "active": a bucket is active when it
-/// was checked in the current minute or the four before it.
-pub const ACTIVE_WINDOW_MINUTES: i64 = 5;
+/// was checked in the current minute or the five before it, so in the last 5 to 6 minutes.
+pub const ACTIVE_WINDOW_MINUTES: i64 = 6;
 
 /// The active-key HyperLogLog of one tenant for one minute (Unix ms / 60,000):
 /// `slk:{<tenant>}:<minute>`. `lua/check.lua` adds every bucket it checks.

@@ -125,11 +125,11 @@ async fn the_fleet_view_sums_two_instances_under_load() {
     let a = distributed(&database, &redis.url()).await;
     let b = distributed(&database, &redis.url()).await;
     let op = a.operator_key().await;
-    let t = setup_tenant(&a, &op, &[limited(250)]).await;
+    let t = setup_tenant(&a, &op, &[limited(150)]).await;
     // Both instances know the key (B loads it from PostgreSQL on its first check).
     let (load_a, load_b) = (
-        load(&a, &t.check_key, 200, 3),
-        load(&b, &t.check_key, 150, 3),
+        load(&a, &t.check_key, 120, 3),
+        load(&b, &t.check_key, 100, 3),
     );
     let (ra, rb) = tokio::join!(
         loadgen::run(&a.client, &load_a),
@@ -140,7 +140,7 @@ async fn the_fleet_view_sums_two_instances_under_load() {
     let denied = (ra.denied + rb.denied) as u64;
     assert!(
         denied > 0,
-        "the shared limit of 250/s is exceeded: {ra:?} {rb:?}"
+        "the shared limit of 150/s is exceeded: {ra:?} {rb:?}"
     );
     for app in [&a, &b] {
         let frame = frame_when(app, &Scope::Fleet, Duration::from_secs(5), |f| {
@@ -271,6 +271,14 @@ fn within_two_percent(counted: u64, truth: u64) {
     assert!(error <= 0.02, "counted {counted} for {truth} keys");
 }
 
+/// Active-key counts that were all read.
+fn read(
+    (counts, failed): (std::collections::HashMap<String, u64>, Vec<String>),
+) -> std::collections::HashMap<String, u64> {
+    assert!(failed.is_empty(), "{failed:?}");
+    counts
+}
+
 async fn cardinality_on(target: LimiterTarget, sizes: &[usize]) {
     let limiter = Limiter::connect(
         &target,
@@ -287,17 +295,16 @@ async fn cardinality_on(target: LimiterTarget, sizes: &[usize]) {
     let store = SeriesStore::Redis(redis.clone());
     let tenants: Vec<String> = sizes
         .iter()
-        .map(|n| format!("card-{n}-{}", uuid::Uuid::new_v4().simple()))
+        .enumerate()
+        .map(|(i, n)| format!("card-{n}-{i}"))
         .collect();
     for (tenant, &n) in tenants.iter().zip(sizes) {
         touch(&limiter, tenant, n).await;
         // Checking the same buckets again adds nothing.
         touch(&limiter, tenant, n / 10).await;
     }
-    let counts = store
-        .active_keys(&tenants, sluice::store::now_ms())
-        .await
-        .unwrap();
+    let counts = store.active_keys(&tenants, sluice::store::now_ms()).await;
+    let counts = read(counts);
     for (tenant, &n) in tenants.iter().zip(sizes) {
         within_two_percent(counts[tenant], n as u64);
     }
@@ -319,16 +326,61 @@ async fn cardinality_on(target: LimiterTarget, sizes: &[usize]) {
     limiter.check(&dry).await.unwrap();
     let counts = store
         .active_keys(std::slice::from_ref(&ghost), sluice::store::now_ms())
-        .await
-        .unwrap();
+        .await;
+    let counts = read(counts);
     assert!(counts.is_empty(), "{counts:?}");
     dry.dry_run = false;
     limiter.check(&dry).await.unwrap();
     let counts = store
         .active_keys(std::slice::from_ref(&ghost), sluice::store::now_ms())
+        .await;
+    let counts = read(counts);
+    assert_eq!(counts[&ghost], 1);
+}
+
+#[tokio::test]
+async fn a_second_written_again_after_a_lost_reply_is_counted_once() {
+    let redis = RedisServer::start();
+    let limiter = Limiter::connect(
+        &LimiterTarget::Redis(redis.url()),
+        RedisOptions {
+            timeout: Duration::from_secs(2),
+            connections: 1,
+        },
+    )
+    .await
+    .unwrap();
+    let Limiter::Redis(backend) = &limiter else {
+        panic!("a Redis limiter")
+    };
+    let store = SeriesStore::Redis(backend.clone());
+    let beat = |id: &str| sluice::dashboard::series::Beat {
+        id: id.into(),
+        version: "test".into(),
+        mode: "distributed".into(),
+        limiter: "redis".into(),
+        started_ms: sluice::store::now_ms(),
+        last_ms: sluice::store::now_ms(),
+        checks: 3,
+    };
+    let second = sluice::store::now_ms() / 1000;
+    let fields = vec![
+        ("c\x1ft\x1fp\x1fallowed".to_owned(), 3),
+        ("rx\x1fredis\x1fa".to_owned(), 700),
+    ];
+    // Instance a writes its second twice (a retry), instance b once.
+    store.write(second, &fields, &beat("a")).await.unwrap();
+    store.write(second, &fields, &beat("a")).await.unwrap();
+    store.write(second, &fields, &beat("b")).await.unwrap();
+    let read = store.seconds(second, second).await.unwrap();
+    assert_eq!(read[0].1["c\x1ft\x1fp\x1fallowed"], 6, "{read:?}");
+    let minute = store
+        .minutes(second.div_euclid(60), second.div_euclid(60))
         .await
         .unwrap();
-    assert_eq!(counts[&ghost], 1);
+    assert_eq!(minute[0].1["c\x1ft\x1fp\x1fallowed"], 6);
+    let alive = store.alive(sluice::store::now_ms()).await.unwrap();
+    assert_eq!(alive.len(), 2, "{alive:?}");
 }
 
 #[tokio::test]
@@ -378,13 +430,14 @@ async fn the_live_stream_pushes_a_frame_every_second_to_those_allowed() {
     let password = "correct horse battery staple";
     let (app, _dir) = embedded_with_operator(password).await;
     let op = app.operator_key().await;
+    // An hour's window: the bucket stays live (embedded active keys count live buckets).
     let minute = rule(
         "limited",
         "exact",
         Some("GET /limited"),
         "fixed_window",
         5,
-        60_000,
+        3_600_000,
     );
     let t = setup_tenant(&app, &op, &[minute]).await;
     for _ in 0..8 {
@@ -417,6 +470,7 @@ async fn the_live_stream_pushes_a_frame_every_second_to_those_allowed() {
     let arrived = sluice::store::now_ms();
     // A frame reaches the browser less than 2 s after the second it ends with is over.
     let lag_ms = arrived - (latest(&pushed[2]) + 1) * 1000;
+    eprintln!("the last frame arrived {lag_ms} ms after its second ended");
     assert!(
         (0..2000).contains(&lag_ms),
         "the last frame lags {lag_ms} ms"
