@@ -103,7 +103,7 @@ test('the fleet and tenant dashboards update live while traffic flows', async ({
     await expect(page.getByTestId('top-tenants')).toContainText('dash-');
     await expect(page.getByTestId('instances').locator('tbody tr')).toHaveCount(1);
     // The tenant's one bucket is active, under its name.
-    await expect.poll(() => numberAttr(frame(page), 'data-active'), { timeout: 5_000 }).toBeGreaterThanOrEqual(1);
+    await expect.poll(() => numberAttr(frame(page), 'data-active'), { timeout: 10_000 }).toBeGreaterThanOrEqual(1);
     await expect(page.getByTestId('active-keys')).toContainText('dash-');
     await expect(page.getByTestId('tile-cache')).toContainText('key');
 
