@@ -150,8 +150,7 @@ async fn decide(
     }
     let rules = tenant.resolve(&check.route);
     if rules.is_empty() {
-        metrics.decisions.with_label_values(&["", "no_rule"]).inc();
-        metrics.live.decision(&tenant_id, "", Outcome::Allowed);
+        metrics.outcome(&tenant_id, "", Outcome::Allowed);
         let body = CheckResponse {
             allowed: true,
             policy: None,
@@ -190,17 +189,13 @@ async fn decide(
         Ok(outcome) => outcome,
         // A check the limiter refuses is a bug here, not an outage: no failure mode applies.
         Err(error @ LimiterError::Invalid(_)) => {
-            metrics
-                .live
-                .decision(tenant_id, first_policy, Outcome::Error);
+            metrics.outcome(tenant_id, first_policy, Outcome::Error);
             return Err(error.into());
         }
         Err(error) => return undecided(metrics, tenant_id, &rules, error),
     };
     if outcome.decisions.len() != rules.len() {
-        metrics
-            .live
-            .decision(tenant_id, first_policy, Outcome::Error);
+        metrics.outcome(tenant_id, first_policy, Outcome::Error);
         return Err(LimiterError::Protocol(format!(
             "{} decisions for {} rules",
             outcome.decisions.len(),
@@ -210,31 +205,17 @@ async fn decide(
     }
     for (rule, decision) in rules.iter().zip(&outcome.decisions) {
         if rule.body.shadow && !decision.allowed() {
-            metrics
-                .shadow_would_deny
-                .with_label_values(&[rule.body.name.as_str()])
-                .inc();
-            metrics
-                .live
-                .decision(tenant_id, &rule.body.name, Outcome::ShadowWouldDeny);
+            metrics.outcome(tenant_id, &rule.body.name, Outcome::ShadowWouldDeny);
         }
     }
     let deciding = deciding_rule(&rules, &outcome.decisions, outcome.allowed);
     let (rule, decision) = (&rules[deciding], outcome.decisions[deciding]);
-    let outcome_label = if outcome.allowed { "allowed" } else { "denied" };
-    metrics
-        .decisions
-        .with_label_values(&[rule.body.name.as_str(), outcome_label])
-        .inc();
-    metrics.live.decision(
-        tenant_id,
-        &rule.body.name,
-        if outcome.allowed {
-            Outcome::Allowed
-        } else {
-            Outcome::Denied
-        },
-    );
+    let counted = if outcome.allowed {
+        Outcome::Allowed
+    } else {
+        Outcome::Denied
+    };
+    metrics.outcome(tenant_id, &rule.body.name, counted);
     Ok(respond(rule, &decision, outcome.allowed))
 }
 
@@ -377,13 +358,7 @@ fn undecided(
         .collect();
     if let Some(first) = closed.first() {
         for rule in &closed {
-            metrics
-                .fail_closed
-                .with_label_values(&[rule.body.name.as_str()])
-                .inc();
-            metrics
-                .live
-                .decision(tenant_id, &rule.body.name, Outcome::FailClosed);
+            metrics.outcome(tenant_id, &rule.body.name, Outcome::FailClosed);
         }
         tracing::warn!(error = %error, policy = %first.body.name, "limiter unavailable; failing closed");
         return Err(ApiError::Undecided(format!(
@@ -397,13 +372,7 @@ fn undecided(
         )));
     }
     for rule in &enforced {
-        metrics
-            .fail_open
-            .with_label_values(&[rule.body.name.as_str()])
-            .inc();
-        metrics
-            .live
-            .decision(tenant_id, &rule.body.name, Outcome::FailOpen);
+        metrics.outcome(tenant_id, &rule.body.name, Outcome::FailOpen);
     }
     tracing::warn!(error = %error, "limiter unavailable; failing open");
     let policy = enforced

@@ -12,7 +12,7 @@ use prometheus::{
     Registry, TextEncoder,
 };
 
-use crate::dashboard::Recorder;
+use crate::dashboard::{Outcome, Recorder};
 
 /// Every metric of one server instance, registered in its own registry (so tests that run
 /// several instances in one process do not collide).
@@ -149,6 +149,24 @@ impl Metrics {
             live: Arc::default(),
             active_keys,
         }
+    }
+
+    /// Counts what happened to one check for `tenant`'s `policy` (`""`: no rule applied), on
+    /// `/metrics` (by policy) and in the dashboards' current second (by tenant and policy).
+    pub fn outcome(&self, tenant: &str, policy: &str, outcome: Outcome) {
+        match outcome {
+            Outcome::Allowed if policy.is_empty() => {
+                self.decisions.with_label_values(&["", "no_rule"]).inc();
+            }
+            Outcome::Allowed => self.decisions.with_label_values(&[policy, "allowed"]).inc(),
+            Outcome::Denied => self.decisions.with_label_values(&[policy, "denied"]).inc(),
+            Outcome::ShadowWouldDeny => self.shadow_would_deny.with_label_values(&[policy]).inc(),
+            Outcome::FailOpen => self.fail_open.with_label_values(&[policy]).inc(),
+            Outcome::FailClosed => self.fail_closed.with_label_values(&[policy]).inc(),
+            // A limiter error is a 500 on /metrics (http_requests_total).
+            Outcome::Error => {}
+        }
+        self.live.decision(tenant, policy, outcome);
     }
 
     /// Counts one cache lookup.

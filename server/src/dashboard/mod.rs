@@ -119,10 +119,6 @@ impl Dashboard {
         &self.inner.id
     }
 
-    pub fn store(&self) -> &SeriesStore {
-        &self.inner.store
-    }
-
     /// The frame of `scope` over `range`, from the view as last read.
     pub fn frame(&self, scope: &Scope, range: app::dashboard::Range) -> Frame {
         self.view().frame(scope, range)

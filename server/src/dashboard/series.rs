@@ -33,8 +33,8 @@ pub const SECONDS_KEPT: i64 = 3600;
 pub const MINUTES_KEPT: i64 = 7 * 24 * 60;
 /// An instance whose last heartbeat is older than this is not alive.
 pub const ALIVE_MS: i64 = 5_000;
-/// The deadline of dashboard reads and writes (they are off the check path, on connections of
-/// their own).
+/// The deadline of dashboard reads and writes: the timeout of their own Redis connection
+/// (they are off the check path).
 pub const DEADLINE: Duration = Duration::from_secs(2);
 /// Adds one instance's second exactly once (see its header).
 const WRITE_SOURCE: &str = include_str!("../../../lua/dashboard_write.lua");
@@ -153,7 +153,7 @@ impl SeriesStore {
                 for (field, value) in fields {
                     eval.arg(field).arg(value);
                 }
-                let _added: i64 = redis.query_within(&eval, DEADLINE).await?;
+                let _added: i64 = redis.query(&eval).await?;
                 Ok(())
             }
         }
@@ -197,7 +197,7 @@ impl SeriesStore {
                         };
                         pipe.cmd("HGETALL").arg(key);
                     }
-                    let hashes: Vec<Fields> = redis.pipeline(&pipe, DEADLINE).await?;
+                    let hashes: Vec<Fields> = redis.pipeline(&pipe).await?;
                     out.extend(
                         (start..=end)
                             .zip(hashes)
@@ -224,7 +224,7 @@ impl SeriesStore {
             SeriesStore::Redis(redis) => {
                 let mut cmd = redis::cmd("ZRANGEBYSCORE");
                 cmd.arg(ALIVE_KEY).arg(now_ms - ALIVE_MS).arg("+inf");
-                let ids: Vec<String> = redis.query_within(&cmd, DEADLINE).await?;
+                let ids: Vec<String> = redis.query(&cmd).await?;
                 if ids.is_empty() {
                     return Ok(Vec::new());
                 }
@@ -232,7 +232,7 @@ impl SeriesStore {
                 for id in &ids {
                     mget.arg(beat_key(id));
                 }
-                let raw: Vec<Option<String>> = redis.query_within(&mget, DEADLINE).await?;
+                let raw: Vec<Option<String>> = redis.query(&mget).await?;
                 raw.into_iter()
                     .flatten()
                     .filter_map(|json| serde_json::from_str::<Beat>(&json).ok())
@@ -267,7 +267,7 @@ impl SeriesStore {
                             for key in keys::active_window(&tenant, now_ms) {
                                 cmd.arg(key);
                             }
-                            let n = redis.query_within(&cmd, DEADLINE).await;
+                            let n = redis.query(&cmd).await;
                             (tenant, n)
                         })
                         .buffer_unordered(16)
@@ -299,7 +299,7 @@ impl SeriesStore {
         }
         let mut cmd = redis::cmd("CLUSTER");
         cmd.arg("SLOTS");
-        let reply: redis::Value = redis.query_within(&cmd, DEADLINE).await?;
+        let reply: redis::Value = redis.query(&cmd).await?;
         let mut ranges = Vec::new();
         if let redis::Value::Array(entries) = reply {
             for entry in entries {

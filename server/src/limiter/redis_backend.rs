@@ -133,30 +133,16 @@ impl RedisBackend {
         }
     }
 
-    /// Sends a pipeline (every key in one Cluster slot) and waits at most `deadline`; for
-    /// the dashboards' series, which are not on the check path.
+    /// Sends a pipeline (every key in one Cluster slot) within the configured deadline;
+    /// for the dashboards' series, which are not on the check path.
     pub async fn pipeline<T: redis::FromRedisValue>(
         &self,
         pipe: &redis::Pipeline,
-        deadline: Duration,
     ) -> Result<T, LimiterError> {
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len();
         match &self.conns[i] {
-            Conn::Single(conn) => within(deadline, pipe.query_async(&mut conn.clone())).await,
-            Conn::Cluster(conn) => within(deadline, pipe.query_async(&mut conn.clone())).await,
-        }
-    }
-
-    /// Sends one command and waits at most `deadline` (longer than a check's).
-    pub async fn query_within<T: redis::FromRedisValue>(
-        &self,
-        cmd: &redis::Cmd,
-        deadline: Duration,
-    ) -> Result<T, LimiterError> {
-        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len();
-        match &self.conns[i] {
-            Conn::Single(conn) => within(deadline, cmd.query_async(&mut conn.clone())).await,
-            Conn::Cluster(conn) => within(deadline, cmd.query_async(&mut conn.clone())).await,
+            Conn::Single(conn) => within(self.timeout, pipe.query_async(&mut conn.clone())).await,
+            Conn::Cluster(conn) => within(self.timeout, pipe.query_async(&mut conn.clone())).await,
         }
     }
 

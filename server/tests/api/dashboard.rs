@@ -271,19 +271,13 @@ fn within_two_percent(counted: u64, truth: u64) {
     assert!(error <= 0.02, "counted {counted} for {truth} keys");
 }
 
-/// Active-key counts that were all read.
-fn read(
-    (counts, failed): (std::collections::HashMap<String, u64>, Vec<String>),
-) -> std::collections::HashMap<String, u64> {
-    assert!(failed.is_empty(), "{failed:?}");
-    counts
-}
-
-async fn cardinality_on(target: LimiterTarget, sizes: &[usize]) {
+/// A limiter on `target` and a series store on the same connections (2 s deadline, as the
+/// dashboards' own connection has).
+async fn on_redis(target: &LimiterTarget) -> (Limiter, SeriesStore) {
     let limiter = Limiter::connect(
-        &target,
+        target,
         RedisOptions {
-            timeout: Duration::from_secs(2),
+            timeout: sluice::dashboard::series::DEADLINE,
             connections: 4,
         },
     )
@@ -293,6 +287,19 @@ async fn cardinality_on(target: LimiterTarget, sizes: &[usize]) {
         panic!("a Redis limiter")
     };
     let store = SeriesStore::Redis(redis.clone());
+    (limiter, store)
+}
+
+/// Active-key counts that were all read.
+fn read(
+    (counts, failed): (std::collections::HashMap<String, u64>, Vec<String>),
+) -> std::collections::HashMap<String, u64> {
+    assert!(failed.is_empty(), "{failed:?}");
+    counts
+}
+
+async fn cardinality_on(target: LimiterTarget, sizes: &[usize]) {
+    let (limiter, store) = on_redis(&target).await;
     let tenants: Vec<String> = sizes
         .iter()
         .enumerate()
@@ -341,19 +348,7 @@ async fn cardinality_on(target: LimiterTarget, sizes: &[usize]) {
 #[tokio::test]
 async fn a_second_written_again_after_a_lost_reply_is_counted_once() {
     let redis = RedisServer::start();
-    let limiter = Limiter::connect(
-        &LimiterTarget::Redis(redis.url()),
-        RedisOptions {
-            timeout: Duration::from_secs(2),
-            connections: 1,
-        },
-    )
-    .await
-    .unwrap();
-    let Limiter::Redis(backend) = &limiter else {
-        panic!("a Redis limiter")
-    };
-    let store = SeriesStore::Redis(backend.clone());
+    let (_limiter, store) = on_redis(&LimiterTarget::Redis(redis.url())).await;
     let beat = |id: &str| sluice::dashboard::series::Beat {
         id: id.into(),
         version: "test".into(),
