@@ -13,18 +13,23 @@
 //!
 //! Shared pieces:
 //! - [`error`] — [`AppError`], the one error type every server function returns;
-//! - [`port`] (server only): the [`port::Console`] service trait the server functions call.
-//!   The `server` crate implements it; this crate holds no SQL and no Redis code;
+//! - each feature declares the port its server functions call (`RulesPort`, `KeysPort`, ...);
+//!   [`context`] (server only) finds a port in the request's context, and [`ports`] (server
+//!   only) sums them into [`ports::Console`], which the `server` crate implements. Features
+//!   never import `ports`, so no import runs in a circle. This crate holds no SQL and no
+//!   Redis code;
 //! - [`ui`]: dates, error notes, the inline confirmation;
 //! - [`shell`] and [`App`]: the HTML document and the router.
 
 pub mod audit;
 pub mod auth;
+#[cfg(feature = "ssr")]
+pub mod context;
 pub mod dashboard;
 pub mod error;
 pub mod keys;
 #[cfg(feature = "ssr")]
-pub mod port;
+pub mod ports;
 mod root;
 pub mod rules;
 pub mod simulate;

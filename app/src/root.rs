@@ -5,14 +5,14 @@ use leptos_meta::{provide_meta_context, MetaTags, Stylesheet, Title};
 use leptos_router::components::{Route, Router, Routes, A};
 use leptos_router::{path, SsrMode};
 
-use crate::audit::{PlatformAuditPage, TenantAuditPage};
-use crate::auth::{current_user, AccountPage, SignInPage, SignedInUser, UserResource};
-use crate::dashboard::{FleetDashboardPage, TenantDashboardPage};
-use crate::keys::KeysPage;
-use crate::rules::RulesPage;
-use crate::simulate::SimulatePage;
+use crate::audit::view::{PlatformAuditPage, TenantAuditPage};
+use crate::auth::{current_user, AccountPage, Role, SignInPage, SignedInUser, UserResource};
+use crate::dashboard::view::{FleetDashboardPage, TenantDashboardPage};
+use crate::keys::view::KeysPage;
+use crate::rules::view::RulesPage;
+use crate::simulate::view::SimulatePage;
 use crate::status::StatusWidget;
-use crate::tenants::TenantsPage;
+use crate::tenants::view::TenantsPage;
 
 /// The whole HTML document, rendered on the server for every page.
 pub fn shell(options: LeptosOptions) -> impl IntoView {
@@ -88,7 +88,7 @@ fn MainNav(user: Option<SignedInUser>) -> impl IntoView {
         None => view! { <A href="/sign-in">"Sign in"</A> }.into_any(),
         Some(user) => {
             let role_links = match user.tenant_id.clone() {
-                Some(t) if user.role != "operator" => view! {
+                Some(t) if user.role != Role::Operator => view! {
                     <A href=format!("/tenants/{t}/dashboard")>"Dashboard"</A>
                     <A href=format!("/tenants/{t}/rules")>"Rules"</A>
                     <A href=format!("/tenants/{t}/keys")>"Keys"</A>
@@ -127,7 +127,7 @@ fn HomePage() -> impl IntoView {
                 None => view! {
                     <p><a href="/sign-in">"Sign in"</a>" to manage tenants, rules and keys."</p>
                 }.into_any(),
-                Some(u) => match u.tenant_id.filter(|_| u.role != "operator") {
+                Some(u) => match u.tenant_id.filter(|_| u.role != Role::Operator) {
                     Some(t) => view! {
                         <p>"Go to your tenant's " <a href=format!("/tenants/{t}/rules")>"rules"</a>
                         " or " <a href=format!("/tenants/{t}/keys")>"keys"</a> "."</p>

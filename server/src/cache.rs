@@ -1,5 +1,6 @@
 //! The check path's caches: keys by hash (with a bounded negative cache, so a flood of random
-//! keys cannot hammer the database) and each tenant's status with its compiled rules.
+//! keys cannot hammer the database) and each tenant as the decision core compiled it
+//! ([`crate::decide::CompiledTenant`], a type parameter here).
 //!
 //! Entries are dropped when an admin change is announced on the [`crate::propagation`] bus;
 //! a time-based refresh is only a safety net. When the database is down a stale entry keeps
@@ -15,11 +16,8 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use app::keys::KeyKind;
-use app::rules::MatchKind;
 
 use crate::store::keys::ApiKey;
-use crate::store::rules::Rule;
-use crate::store::tenants::Tenant;
 
 /// After this long an entry is reloaded (if the database answers).
 pub const REFRESH_AFTER: Duration = Duration::from_secs(60);
@@ -78,90 +76,38 @@ struct Entry<T> {
     loaded: Instant,
 }
 
-/// A tenant's status and its enabled rules, compiled for matching.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CompiledTenant {
-    pub tenant: Tenant,
-    exact: HashMap<String, Vec<Arc<Rule>>>,
-    /// Prefix rules, longest prefix first.
-    prefixes: Vec<Arc<Rule>>,
-    default: Vec<Arc<Rule>>,
-    all: Vec<Arc<Rule>>,
-}
-
-impl CompiledTenant {
-    pub fn compile(tenant: Tenant, rules: Vec<Rule>) -> Self {
-        let mut compiled = Self {
-            tenant,
-            exact: HashMap::new(),
-            prefixes: Vec::new(),
-            default: Vec::new(),
-            all: Vec::new(),
-        };
-        for rule in rules.into_iter().filter(|r| r.body.enabled) {
-            let rule = Arc::new(rule);
-            match (rule.body.match_kind, rule.body.route.clone()) {
-                (MatchKind::Exact, Some(route)) => {
-                    compiled.exact.entry(route).or_default().push(rule)
-                }
-                (MatchKind::Prefix, Some(_)) => compiled.prefixes.push(rule),
-                (MatchKind::Default, _) => compiled.default.push(rule),
-                (MatchKind::All, _) => compiled.all.push(rule),
-                _ => {}
-            }
-        }
-        compiled
-            .prefixes
-            .sort_by_key(|r| std::cmp::Reverse(r.body.route.as_ref().map_or(0, String::len)));
-        compiled
-    }
-
-    pub fn is_active(&self) -> bool {
-        self.tenant.status == "active"
-    }
-
-    /// The rules that apply to `route`: the most specific route rules (exact, else the
-    /// longest matching prefix, else the defaults), then every `all` rule.
-    pub fn resolve(&self, route: &str) -> Vec<Arc<Rule>> {
-        let route_rules: Vec<Arc<Rule>> = if let Some(rules) = self.exact.get(route) {
-            rules.clone()
-        } else if let Some(first) = self.prefixes.iter().find(|r| {
-            r.body
-                .route
-                .as_deref()
-                .is_some_and(|p| route.starts_with(p))
-        }) {
-            let len = first.body.route.as_ref().map_or(0, String::len);
-            self.prefixes
-                .iter()
-                .filter(|r| {
-                    r.body
-                        .route
-                        .as_ref()
-                        .is_some_and(|p| p.len() == len && route.starts_with(p.as_str()))
-                })
-                .cloned()
-                .collect()
-        } else {
-            self.default.clone()
-        };
-        route_rules
-            .into_iter()
-            .chain(self.all.iter().cloned())
-            .collect()
-    }
-}
-
-/// The caches of one instance. Cloning shares them.
-#[derive(Clone, Default)]
-pub struct Caches {
+/// The caches of one instance. Cloning shares them. `T` is what a tenant is cached as (the
+/// decision core's compiled tenant); this module does not look inside it.
+pub struct Caches<T> {
     generation: Arc<AtomicU64>,
     keys: Arc<RwLock<HashMap<String, Entry<CachedKey>>>>,
     unknown: Arc<RwLock<HashMap<String, Instant>>>,
-    tenants: Arc<RwLock<HashMap<String, Entry<Arc<CompiledTenant>>>>>,
+    tenants: Arc<RwLock<HashMap<String, Entry<Arc<T>>>>>,
 }
 
-impl std::fmt::Debug for Caches {
+impl<T> Clone for Caches<T> {
+    fn clone(&self) -> Self {
+        Self {
+            generation: self.generation.clone(),
+            keys: self.keys.clone(),
+            unknown: self.unknown.clone(),
+            tenants: self.tenants.clone(),
+        }
+    }
+}
+
+impl<T> Default for Caches<T> {
+    fn default() -> Self {
+        Self {
+            generation: Arc::default(),
+            keys: Arc::default(),
+            unknown: Arc::default(),
+            tenants: Arc::default(),
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for Caches<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Caches").finish_non_exhaustive()
     }
@@ -177,7 +123,7 @@ fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-impl Caches {
+impl<T> Caches<T> {
     pub fn key(&self, hash: &str) -> Lookup<CachedKey> {
         if let Some(entry) = read(&self.keys).get(hash) {
             let value = entry.value.clone();
@@ -235,7 +181,7 @@ impl Caches {
         unknown.insert(hash.to_owned(), Instant::now());
     }
 
-    pub fn tenant(&self, tenant_id: &str) -> Lookup<Arc<CompiledTenant>> {
+    pub fn tenant(&self, tenant_id: &str) -> Lookup<Arc<T>> {
         match read(&self.tenants).get(tenant_id) {
             Some(e) if e.loaded.elapsed() < REFRESH_AFTER => Lookup::Fresh(e.value.clone()),
             Some(e) => Lookup::Stale(e.value.clone()),
@@ -243,8 +189,8 @@ impl Caches {
         }
     }
 
-    /// Caches a tenant loaded at `generation`, unless a drop happened since.
-    pub fn put_tenant(&self, compiled: Arc<CompiledTenant>, generation: u64) {
+    /// Caches tenant `tenant_id` loaded at `generation`, unless a drop happened since.
+    pub fn put_tenant(&self, tenant_id: &str, compiled: Arc<T>, generation: u64) {
         let mut tenants = write(&self.tenants);
         if self.generation() != generation {
             return;
@@ -253,7 +199,7 @@ impl Caches {
             tenants.clear();
         }
         tenants.insert(
-            compiled.tenant.id.clone(),
+            tenant_id.to_owned(),
             Entry {
                 value: compiled,
                 loaded: Instant::now(),
@@ -288,72 +234,6 @@ impl Caches {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use app::rules::{Algorithm, FailureMode, RuleBody, Scope};
-
-    fn rule(name: &str, match_kind: MatchKind, route: Option<&str>) -> Rule {
-        Rule {
-            id: name.to_owned(),
-            tenant_id: "t".to_owned(),
-            body: RuleBody {
-                name: name.to_owned(),
-                match_kind,
-                route: route.map(str::to_owned),
-                scope: Scope::Tenant,
-                algorithm: Algorithm::Gcra,
-                limit: 1,
-                period_ms: 1,
-                burst: None,
-                penalty: false,
-                failure_mode: FailureMode::Closed,
-                shadow: false,
-                enabled: true,
-            },
-            created_at: 0,
-            updated_at: 0,
-        }
-    }
-
-    fn names(rules: &[Arc<Rule>]) -> Vec<&str> {
-        rules.iter().map(|r| r.body.name.as_str()).collect()
-    }
-
-    fn compiled(rules: Vec<Rule>) -> CompiledTenant {
-        let tenant = Tenant {
-            id: "t".into(),
-            name: "t".into(),
-            status: "active".into(),
-            created_at: 0,
-            updated_at: 0,
-        };
-        CompiledTenant::compile(tenant, rules)
-    }
-
-    #[test]
-    fn exact_beats_the_longest_prefix_which_beats_the_default() {
-        let mut disabled = rule("off", MatchKind::Exact, Some("GET /users/me"));
-        disabled.body.enabled = false;
-        let t = compiled(vec![
-            rule("exact", MatchKind::Exact, Some("GET /users/me")),
-            rule("short", MatchKind::Prefix, Some("GET /")),
-            rule("long", MatchKind::Prefix, Some("GET /users/")),
-            rule("fallback", MatchKind::Default, None),
-            rule("tenant-wide", MatchKind::All, None),
-            disabled,
-        ]);
-        assert_eq!(names(&t.resolve("GET /users/me")), ["exact", "tenant-wide"]);
-        assert_eq!(names(&t.resolve("GET /users/42")), ["long", "tenant-wide"]);
-        assert_eq!(names(&t.resolve("GET /orders")), ["short", "tenant-wide"]);
-        assert_eq!(
-            names(&t.resolve("POST /orders")),
-            ["fallback", "tenant-wide"]
-        );
-    }
-
-    #[test]
-    fn no_rule_matches_nothing() {
-        let t = compiled(vec![rule("exact", MatchKind::Exact, Some("GET /a"))]);
-        assert!(t.resolve("GET /b").is_empty());
-    }
 
     fn key(id: &str) -> CachedKey {
         CachedKey {
@@ -368,7 +248,7 @@ mod tests {
 
     #[test]
     fn a_load_that_raced_a_drop_is_not_cached() {
-        let caches = Caches::default();
+        let caches = Caches::<()>::default();
         let before = caches.generation();
         // A revocation is announced while the row is being read...
         caches.drop_key("h");
@@ -381,7 +261,7 @@ mod tests {
 
     #[test]
     fn unknown_keys_are_remembered_briefly_and_boundedly() {
-        let caches = Caches::default();
+        let caches = Caches::<()>::default();
         assert_eq!(caches.key("h"), Lookup::Miss);
         caches.put_unknown_key("h", caches.generation());
         assert_eq!(caches.key("h"), Lookup::Absent);

@@ -4,67 +4,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
-
-/// The `sluice` command line.
-#[derive(Debug, Parser)]
-#[command(
-    name = "sluice",
-    version,
-    about = "Sluice: a multi-tenant, distributed rate limiter"
-)]
-pub struct Cli {
-    #[command(subcommand)]
-    pub command: Option<Command>,
-    #[command(flatten)]
-    pub config: Config,
-}
-
-/// What to do; serving is the default.
-#[derive(Debug, Subcommand)]
-pub enum Command {
-    /// Serve the console, `/v1/*`, `/healthz`, `/readyz` and `/metrics` (the default).
-    Serve,
-    /// Apply the database migrations and exit.
-    Migrate,
-    /// Manage API keys from the server host.
-    #[command(subcommand)]
-    Key(KeyCommand),
-    /// Manage console users from the server host.
-    #[command(subcommand)]
-    User(UserCommand),
-}
-
-/// `sluice user …`
-#[derive(Debug, Subcommand)]
-pub enum UserCommand {
-    /// Create a console user with a random password, printed once.
-    Create {
-        /// An operator (sees every tenant).
-        #[arg(long, conflicts_with = "tenant")]
-        operator: bool,
-        /// The tenant of a tenant admin.
-        #[arg(long, required_unless_present = "operator")]
-        tenant: Option<String>,
-        /// The sign-in email.
-        #[arg(long)]
-        email: String,
-    },
-}
-
-/// `sluice key …`
-#[derive(Debug, Subcommand)]
-pub enum KeyCommand {
-    /// Create a key and print it once. Only its SHA-256 is stored.
-    Create {
-        /// An operator key (acts on every tenant). The first one can only come from here.
-        #[arg(long)]
-        operator: bool,
-        /// A name to recognise the key by in lists and the audit log.
-        #[arg(long, default_value = "operator")]
-        name: String,
-    },
-}
+use clap::{Args, ValueEnum};
 
 /// Server settings. Everything has a default that gives a working embedded instance.
 #[derive(Debug, Clone, Args)]
@@ -188,6 +128,14 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
+
+    /// The settings alone, as the `sluice` command line carries them.
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        config: Config,
+    }
 
     fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
         Cli::try_parse_from(std::iter::once("sluice").chain(args.iter().copied()))

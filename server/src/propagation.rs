@@ -16,10 +16,10 @@ use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
 use crate::cache::Caches;
-use crate::limiter::{Limiter, RedisBackend};
+use crate::redis_client::{keys, RedisClient};
 
 /// The pub/sub channel of admin changes.
-pub const CHANNEL: &str = "sluice:changes";
+pub const CHANNEL: &str = keys::CHANGES;
 
 /// Something the caches must forget.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -41,7 +41,7 @@ struct Envelope {
 }
 
 impl Change {
-    fn apply(&self, caches: &Caches) {
+    fn apply<T>(&self, caches: &Caches<T>) {
         match self {
             Change::Key { hash } => caches.drop_key(hash),
             Change::Tenant { id } => caches.drop_tenant(id),
@@ -49,20 +49,28 @@ impl Change {
     }
 }
 
-/// Publishes changes. Cloning shares it.
-#[derive(Debug, Clone)]
-pub struct Bus {
-    caches: Caches,
-    redis: Option<RedisBackend>,
+/// Publishes changes. Cloning shares it. `T` is the cached tenant (see [`Caches`]).
+#[derive(Debug)]
+pub struct Bus<T> {
+    caches: Caches<T>,
+    redis: Option<RedisClient>,
     origin: std::sync::Arc<str>,
 }
 
-impl Bus {
-    pub fn new(caches: Caches, limiter: &Limiter) -> Self {
-        let redis = match limiter {
-            Limiter::Redis(redis) => Some(redis.clone()),
-            Limiter::InProcess(_) => None,
-        };
+impl<T> Clone for Bus<T> {
+    fn clone(&self) -> Self {
+        Self {
+            caches: self.caches.clone(),
+            redis: self.redis.clone(),
+            origin: self.origin.clone(),
+        }
+    }
+}
+
+impl<T> Bus<T> {
+    /// A bus that drops changes from `caches` and publishes them on `redis` (none: one
+    /// instance, the embedded mode or a command on the host).
+    pub fn new(caches: Caches<T>, redis: Option<RedisClient>) -> Self {
         let origin = uuid::Uuid::new_v4().to_string().into();
         Self {
             caches,
@@ -98,8 +106,8 @@ impl Bus {
 
 /// Listens for changes on `urls` (tried in turn) until the process ends, ignoring those
 /// published by `origin` (this instance). `subscribed` is notified at every (re)subscription.
-pub fn spawn_subscriber(
-    caches: Caches,
+pub fn spawn_subscriber<T: Send + Sync + 'static>(
+    caches: Caches<T>,
     urls: Vec<String>,
     origin: String,
     subscribed: std::sync::Arc<tokio::sync::Notify>,

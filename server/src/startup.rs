@@ -1,109 +1,56 @@
-//! Building and running an instance: connect the store and the limiter, build the router,
-//! bind the listeners, serve until a shutdown signal.
+//! Building and running an instance: a short list of named steps that connect the store and
+//! the limiter, assemble the layers (infrastructure, then the decision core and the admin
+//! service, then the transports), start the background tasks and bind the listeners; then
+//! serve until a shutdown signal, stop the tasks, and close the store.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use app::port::SharedConsole;
-use axum::extract::FromRef;
-use axum::routing::get;
 use axum::Router;
-use leptos::prelude::{provide_context, Env, LeptosOptions};
-use leptos_axum::{generate_route_list, LeptosRoutes};
+use leptos::prelude::{Env, LeptosOptions};
 use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
 
-use crate::auth::{Authenticator, UsageRecorder};
+use crate::admin::AdminService;
 use crate::cache::Caches;
 use crate::config::{Config, LimiterTarget};
-use crate::console::ConsoleService;
 use crate::dashboard::{self, Dashboard};
-use crate::limiter::{Limiter, RedisBackend, RedisOptions};
-use crate::metrics::{self, Metrics};
+use crate::decide::{CompiledTenant, Decider, Identities, UsageRecorder};
+use crate::limiter::Limiter;
 use crate::propagation::{self, Bus};
-use crate::service::AdminService;
+use crate::redis_client::{RedisClient, RedisOptions};
 use crate::store::sessions::SqlSessionStore;
 use crate::store::Db;
-use crate::{admin_api, check, health, openapi, telemetry};
-use tower_sessions::cookie::SameSite;
-use tower_sessions::{Expiry, SessionManagerLayer};
-
-/// Idle console sessions end after this many hours.
-const SESSION_HOURS: i64 = 8;
-
-/// Deletes expired sessions every ten minutes.
-fn spawn_session_cleanup(store: SqlSessionStore) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_secs(600));
-        loop {
-            tick.tick().await;
-            if let Err(e) = store.delete_expired().await {
-                tracing::warn!(error = %e, "could not delete expired sessions");
-            }
-        }
-    })
-}
+use crate::telemetry::{logging, Metrics};
+use crate::transport::console::ConsoleService;
+use crate::transport::router::{metrics_router, router};
+use crate::transport::state::{App, AppState};
 
 /// How often key usage (`last_used_at`) is written.
 const USAGE_FLUSH: Duration = Duration::from_secs(10);
 /// How long a starting instance waits for its subscription to admin changes.
 const SUBSCRIBE_WAIT: Duration = Duration::from_secs(2);
+/// How often expired console sessions are deleted.
+const SESSION_CLEANUP: Duration = Duration::from_secs(600);
+/// How often the in-process limiter drops idle buckets.
+const SWEEP: Duration = Duration::from_secs(10);
 
-/// Everything a request handler may need. Handlers extract only their part.
-#[derive(Debug, Clone, FromRef)]
-pub struct AppState {
-    pub leptos_options: LeptosOptions,
-    pub db: Db,
-    pub limiter: Limiter,
-    pub metrics: Metrics,
-    pub console: SharedConsole,
-    pub auth: Authenticator,
-    pub service: AdminService,
-    pub dashboard: Dashboard,
-    /// Whether the session cookie is marked `Secure` (`SLUICE_SECURE_COOKIES`).
-    pub secure_cookies: bool,
-}
+/// The background tasks of an instance; they end when it stops.
+#[derive(Debug, Default)]
+struct Tasks(Vec<JoinHandle<()>>);
 
-/// The router of one instance. Tests can drive it with `oneshot`, without a socket.
-pub fn router(state: AppState) -> Router {
-    let sessions = SessionManagerLayer::new(SqlSessionStore::new(state.db.clone()))
-        .with_name("sluice_session")
-        .with_http_only(true)
-        .with_same_site(SameSite::Strict)
-        .with_secure(state.secure_cookies)
-        .with_expiry(Expiry::OnInactivity(time::Duration::hours(SESSION_HOURS)));
-    let routes = generate_route_list(app::App);
-    let console = state.console.clone();
-    let options = state.leptos_options.clone();
-    let metrics_state = state.metrics.clone();
-    Router::new()
-        .route("/healthz", get(health::healthz))
-        .route("/readyz", get(health::readyz))
-        .route("/metrics", get(metrics::handler))
-        .route(
-            "/v1/check",
-            axum::routing::post(check::check)
-                .layer(axum::extract::DefaultBodyLimit::max(check::MAX_BODY_BYTES)),
-        )
-        .merge(admin_api::routes())
-        .route("/v1/openapi.json", get(openapi::handler))
-        .route("/live/dashboard", get(dashboard::live::handler))
-        .leptos_routes_with_context(
-            &state,
-            routes,
-            move || provide_context(console.clone()),
-            move || app::shell(options.clone()),
-        )
-        .fallback(leptos_axum::file_and_error_handler::<AppState, _>(
-            app::shell,
-        ))
-        .layer(sessions)
-        .layer(axum::middleware::from_fn_with_state(
-            metrics_state,
-            metrics::track,
-        ))
-        .with_state(state)
+impl Tasks {
+    fn keep(&mut self, task: JoinHandle<()>) {
+        self.0.push(task);
+    }
+
+    fn stop(self) {
+        for task in self.0 {
+            task.abort();
+        }
+    }
 }
 
 /// A built instance: connected, bound, not yet serving.
@@ -116,6 +63,7 @@ pub struct Application {
     metrics_router: Option<Router>,
     db: Db,
     dashboard: Dashboard,
+    tasks: Tasks,
     embedded: bool,
 }
 
@@ -134,137 +82,77 @@ impl Application {
     /// Connects to the store (and migrates it) and to the limiter backend, and binds the
     /// listeners. Fails with a message that names the setting to fix.
     pub async fn build(config: Config) -> anyhow::Result<Self> {
-        telemetry::init(config.log_format);
-        let database_url = config.database_url();
-        let db = Db::connect(&database_url)
-            .await
-            .with_context(|| format!("cannot open the database at {}", redacted(&database_url)))?;
-        db.migrate().await.with_context(|| {
-            format!("cannot migrate the database at {}", redacted(&database_url))
-        })?;
-
-        let options = RedisOptions {
-            timeout: Duration::from_millis(config.redis_timeout_ms),
-            connections: config.redis_connections,
-        };
-        let limiter = Limiter::connect(&config.limiter_target(), options)
-            .await
-            .context(
-                "cannot reach Redis: check REDIS_URL / REDIS_CLUSTER_NODES and that Redis is up",
-            )?;
-
-        let listener = TcpListener::bind(config.listen)
-            .await
-            .with_context(|| format!("cannot listen on {} (SLUICE_LISTEN)", config.listen))?;
-        let metrics_listener = match config.metrics_listen {
-            Some(addr) => Some(
-                TcpListener::bind(addr)
-                    .await
-                    .with_context(|| format!("cannot listen on {addr} (SLUICE_METRICS_LISTEN)"))?,
-            ),
-            None => None,
-        };
-        let address = listener.local_addr()?;
-
+        logging::init(config.log_format);
         let embedded = config.is_embedded();
-        let bootstrap_password = if embedded {
-            crate::cli::bootstrap_operator(&db, config.admin_password.as_deref())
-                .await
-                .context("cannot create the first operator account")?
-        } else {
-            None
-        };
-        let metrics = Metrics::new(
-            if embedded { "embedded" } else { "distributed" },
-            db.dialect().as_str(),
-            limiter.kind().as_str(),
+        let mode = if embedded { "embedded" } else { "distributed" };
+        let mut tasks = Tasks::default();
+
+        // Infrastructure.
+        let db = open_store(&config).await?;
+        let limiter = connect_limiter(&config).await?;
+        let (listener, metrics_listener) = bind(&config).await?;
+        let metrics = Metrics::new(mode, db.dialect().as_str(), limiter.kind().as_str());
+        let caches: Caches<CompiledTenant> = Caches::default();
+        let bus = Bus::new(caches.clone(), limiter.redis().cloned());
+        let dashboard = Dashboard::new(
+            &metrics,
+            &limiter,
+            connect_series(&config).await?,
+            db.clone(),
+            mode,
         );
-        let caches = Caches::default();
+
+        // The decision core and the admin service.
         let usage = UsageRecorder::default();
-        let auth = Authenticator {
+        let identities = Identities {
             db: db.clone(),
             caches: caches.clone(),
             metrics: metrics.clone(),
             usage: usage.clone(),
         };
-        let bus = Bus::new(caches.clone(), &limiter);
-        let origin = bus.origin().to_owned();
-        let service = AdminService::new(db.clone(), bus, limiter.clone());
-        // The dashboards' reads (an hour at start-up) must not queue behind or time out like
-        // checks: they get a connection and a deadline of their own.
-        let series_options = RedisOptions {
-            timeout: dashboard::series::DEADLINE,
-            connections: 1,
+        let decider = Decider::new(limiter.clone(), metrics.clone());
+        let admin = AdminService::new(db.clone(), bus.clone(), decider.clone());
+        let bootstrap_password = if embedded {
+            bootstrap_operator(&admin, config.admin_password.as_deref()).await?
+        } else {
+            None
         };
-        let series = match config.limiter_target() {
-            LimiterTarget::InProcess => None,
-            LimiterTarget::Redis(url) => Some(RedisBackend::single(&url, series_options).await),
-            LimiterTarget::Cluster(nodes) => {
-                Some(RedisBackend::cluster(&nodes, series_options).await)
-            }
+
+        // Background tasks.
+        tasks.keep(dashboard.spawn());
+        tasks.keep(usage.spawn_flusher(db.clone(), USAGE_FLUSH));
+        tasks.keep(spawn_session_cleanup(SqlSessionStore::new(db.clone())));
+        if let Limiter::InProcess(memory) = &limiter {
+            tasks.keep(memory.spawn_sweeper(SWEEP));
         }
-        .transpose()
-        .context("cannot reach Redis for the dashboards' series")?;
-        let dashboard = Dashboard::new(
-            &metrics,
-            &limiter,
-            series,
-            db.clone(),
-            if embedded { "embedded" } else { "distributed" },
-        );
-        drop(dashboard.spawn());
+        if let Some(subscriber) = subscribe_to_changes(&config, caches, bus.origin()).await {
+            tasks.keep(subscriber);
+        }
+
+        // Transports.
         let console = ConsoleService::new(
             db.clone(),
             limiter.clone(),
-            service.clone(),
+            decider.clone(),
+            admin.clone(),
             dashboard.clone(),
             embedded,
         );
-        let urls = match config.limiter_target() {
-            LimiterTarget::Redis(url) => vec![url],
-            LimiterTarget::Cluster(nodes) => nodes,
-            LimiterTarget::InProcess => Vec::new(),
-        };
-        if !urls.is_empty() {
-            let subscribed = Arc::new(tokio::sync::Notify::new());
-            drop(propagation::spawn_subscriber(
-                caches,
-                urls,
-                origin,
-                subscribed.clone(),
-            ));
-            // Serve only once changes from other instances reach this one (Redis answered
-            // at connect, so this is quick); if it takes longer, serve and say so.
-            if tokio::time::timeout(SUBSCRIBE_WAIT, subscribed.notified())
-                .await
-                .is_err()
-            {
-                tracing::warn!(
-                    "not yet subscribed to admin changes after {SUBSCRIBE_WAIT:?}; serving anyway, the subscriber keeps trying"
-                );
-            }
-        }
-        drop(usage.spawn_flusher(db.clone(), USAGE_FLUSH));
-        drop(spawn_session_cleanup(SqlSessionStore::new(db.clone())));
-        if let Limiter::InProcess(memory) = &limiter {
-            drop(memory.spawn_sweeper(Duration::from_secs(10)));
-        }
-        let state = AppState {
-            leptos_options: leptos_options(&config, address),
+        let state = AppState(Arc::new(App {
+            leptos_options: leptos_options(&config, listener.local_addr()?),
             db: db.clone(),
             limiter,
-            metrics: metrics.clone(),
-            console: SharedConsole(Arc::new(console)),
-            auth,
-            service,
+            metrics,
+            identities,
+            decider,
+            admin,
+            console: Arc::new(console),
             dashboard: dashboard.clone(),
             secure_cookies: config.secure_cookies,
-        };
-        let metrics_router = metrics_listener.as_ref().map(|_| {
-            Router::new()
-                .route("/metrics", get(metrics::handler))
-                .with_state(metrics)
-        });
+        }));
+        let metrics_router = metrics_listener
+            .as_ref()
+            .map(|_| metrics_router(state.clone()));
         Ok(Self {
             bootstrap_password,
             listener,
@@ -273,6 +161,7 @@ impl Application {
             metrics_router,
             db,
             dashboard,
+            tasks,
             embedded,
         })
     }
@@ -314,7 +203,8 @@ impl Application {
         self.run_until(shutdown_signal()).await
     }
 
-    /// Serves until `stop` completes.
+    /// Serves until `stop` completes, lets in-flight requests finish, stops the background
+    /// tasks and closes the store.
     pub async fn run_until(
         self,
         stop: impl std::future::Future<Output = ()> + Send + 'static,
@@ -348,10 +238,131 @@ impl Application {
         if let Some(server) = metrics_server {
             server.await.context("the metrics server panicked")??;
         }
+        self.tasks.stop();
         self.db.close().await;
         tracing::info!("stopped");
         Ok(())
     }
+}
+
+/// Step: the configuration store, migrated.
+async fn open_store(config: &Config) -> anyhow::Result<Db> {
+    let url = config.database_url();
+    let db = Db::connect(&url)
+        .await
+        .with_context(|| format!("cannot open the database at {}", redacted(&url)))?;
+    db.migrate()
+        .await
+        .with_context(|| format!("cannot migrate the database at {}", redacted(&url)))?;
+    Ok(db)
+}
+
+/// Step: the limiter's backend. Redis must answer now, so a wrong `REDIS_URL` fails fast.
+async fn connect_limiter(config: &Config) -> anyhow::Result<Limiter> {
+    let options = RedisOptions {
+        timeout: Duration::from_millis(config.redis_timeout_ms),
+        connections: config.redis_connections,
+    };
+    Limiter::connect(&config.limiter_target(), options)
+        .await
+        .context("cannot reach Redis: check REDIS_URL / REDIS_CLUSTER_NODES and that Redis is up")
+}
+
+/// Step: the main listener, and the metrics listener when one is configured.
+async fn bind(config: &Config) -> anyhow::Result<(TcpListener, Option<TcpListener>)> {
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {} (SLUICE_LISTEN)", config.listen))?;
+    let metrics_listener = match config.metrics_listen {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr} (SLUICE_METRICS_LISTEN)"))?,
+        ),
+        None => None,
+    };
+    Ok((listener, metrics_listener))
+}
+
+/// Step: the dashboards' own Redis connection. Their reads (an hour at start-up) must not
+/// queue behind or time out like checks, so they get a connection and a deadline of their
+/// own. `None` in embedded mode (the series stay in memory).
+async fn connect_series(config: &Config) -> anyhow::Result<Option<RedisClient>> {
+    let options = RedisOptions {
+        timeout: dashboard::series::DEADLINE,
+        connections: 1,
+    };
+    let series = match config.limiter_target() {
+        LimiterTarget::InProcess => None,
+        LimiterTarget::Redis(url) => Some(RedisClient::single(&url, options).await),
+        LimiterTarget::Cluster(nodes) => Some(RedisClient::cluster(&nodes, options).await),
+    };
+    series
+        .transpose()
+        .context("cannot reach Redis for the dashboards' series")
+}
+
+/// Step: on an embedded instance with no users, the first operator account (through the
+/// admin service, audited as `cli`). Returns the password to print once.
+async fn bootstrap_operator(
+    admin: &AdminService,
+    supplied: Option<&str>,
+) -> anyhow::Result<Option<String>> {
+    let password = match supplied {
+        Some(p) => {
+            anyhow::ensure!(
+                p.chars().count() >= crate::passwords::MIN_PASSWORD_CHARS,
+                "SLUICE_ADMIN_PASSWORD must have at least {} characters",
+                crate::passwords::MIN_PASSWORD_CHARS
+            );
+            p.to_owned()
+        }
+        None => crate::passwords::generate(),
+    };
+    let created = admin
+        .bootstrap_operator(&password)
+        .await
+        .context("cannot create the first operator account")?;
+    Ok(created.then_some(password))
+}
+
+/// Step: the subscription to other instances' admin changes (distributed mode). Serves only
+/// once changes from other instances reach this one (Redis answered at connect, so this is
+/// quick); if it takes longer, serves anyway and says so.
+async fn subscribe_to_changes(
+    config: &Config,
+    caches: Caches<CompiledTenant>,
+    origin: &str,
+) -> Option<JoinHandle<()>> {
+    let urls = match config.limiter_target() {
+        LimiterTarget::Redis(url) => vec![url],
+        LimiterTarget::Cluster(nodes) => nodes,
+        LimiterTarget::InProcess => return None,
+    };
+    let subscribed = Arc::new(tokio::sync::Notify::new());
+    let task = propagation::spawn_subscriber(caches, urls, origin.to_owned(), subscribed.clone());
+    if tokio::time::timeout(SUBSCRIBE_WAIT, subscribed.notified())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            "not yet subscribed to admin changes after {SUBSCRIBE_WAIT:?}; serving anyway, the subscriber keeps trying"
+        );
+    }
+    Some(task)
+}
+
+/// Deletes expired sessions every [`SESSION_CLEANUP`].
+fn spawn_session_cleanup(store: SqlSessionStore) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(SESSION_CLEANUP);
+        loop {
+            tick.tick().await;
+            if let Err(e) = store.delete_expired().await {
+                tracing::warn!(error = %e, "could not delete expired sessions");
+            }
+        }
+    })
 }
 
 fn leptos_options(config: &Config, address: SocketAddr) -> LeptosOptions {

@@ -1,15 +1,13 @@
 //! The audit log: who changed what and when, filterable by actor, action and time. A tenant
 //! admin sees their own tenant's events only; operators also see the whole platform's.
 
-mod view;
+pub mod view;
 
 use leptos::prelude::*;
 use leptos::server_fn::codec::Json;
 use serde::{Deserialize, Serialize};
 
 use crate::error::AppError;
-
-pub use view::{PlatformAuditPage, TenantAuditPage};
 
 /// Every action the audit log records.
 pub const ACTIONS: [&str; 10] = [
@@ -72,6 +70,20 @@ impl AuditFilter {
     }
 }
 
+/// What this feature's server functions need from the server (which implements it). Acting
+/// calls act as the session's user: an operator on any tenant, a tenant admin on their own
+/// tenant only (any other tenant is `NotFound`); without a session they are `Unauthorized`.
+#[cfg(feature = "ssr")]
+#[async_trait::async_trait]
+pub trait AuditPort: Send + Sync + 'static {
+    /// A tenant's events, or the platform's (`None`, operators only).
+    async fn audit(
+        &self,
+        tenant: Option<&str>,
+        filter: AuditFilter,
+    ) -> Result<Vec<AuditEntry>, AppError>;
+}
+
 /// A tenant's events, or (with `tenant: None`, operators only) the whole platform's; newest
 /// first, at most 500.
 #[server(prefix = "/api", endpoint = "audit/list", input = Json)]
@@ -79,7 +91,7 @@ pub async fn list_audit(
     tenant: Option<String>,
     filter: AuditFilter,
 ) -> Result<Vec<AuditEntry>, AppError> {
-    crate::port::console()?
+    crate::context::port::<dyn AuditPort>()?
         .audit(tenant.as_deref(), filter.normalized())
         .await
 }

@@ -4,7 +4,7 @@ use leptos::ev::SubmitEvent;
 use leptos::prelude::*;
 
 use super::{AuditEntry, AuditFilter, ACTIONS};
-use crate::tenants::TenantTabs;
+use crate::tenants::view::TenantTabs;
 use crate::ui::{format_utc, parse_utc, use_tenant, ErrorNote};
 
 /// One tenant's audit log.

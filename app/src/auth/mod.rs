@@ -8,22 +8,66 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::AppError;
 
+/// What a console user may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Every tenant, and the platform's own pages.
+    Operator,
+    /// One tenant's rules, keys, audit log and dashboard.
+    TenantAdmin,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Operator => "operator",
+            Role::TenantAdmin => "tenant_admin",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        [Role::Operator, Role::TenantAdmin]
+            .into_iter()
+            .find(|r| r.as_str() == s)
+    }
+}
+
+/// A stored value that names no role (read back from the database).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown role {0:?}")]
+pub struct UnknownRole(pub String);
+
+impl TryFrom<String> for Role {
+    type Error = UnknownRole;
+
+    fn try_from(s: String) -> Result<Self, UnknownRole> {
+        Self::parse(&s).ok_or(UnknownRole(s))
+    }
+}
+
 /// The person behind the current session.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SignedInUser {
     pub email: String,
-    /// `operator` or `tenant_admin`.
-    pub role: String,
+    pub role: Role,
     /// A tenant admin's tenant.
     pub tenant_id: Option<String>,
 }
 
 impl SignedInUser {
+    /// A tenant admin's tenant; `None` for an operator.
+    pub fn admin_of(&self) -> Option<&str> {
+        self.tenant_id
+            .as_deref()
+            .filter(|_| self.role == Role::TenantAdmin)
+    }
+
     /// Where this user starts: the tenants for an operator, their tenant's rules otherwise.
     pub fn home(&self) -> String {
-        match &self.tenant_id {
-            Some(t) if self.role != "operator" => format!("/tenants/{t}/rules"),
-            _ => "/tenants".to_owned(),
+        match self.admin_of() {
+            Some(t) => format!("/tenants/{t}/rules"),
+            None => "/tenants".to_owned(),
         }
     }
 }
@@ -33,22 +77,40 @@ impl SignedInUser {
 #[derive(Debug, Clone, Copy)]
 pub struct UserResource(pub Resource<Result<Option<SignedInUser>, AppError>>);
 
+/// What this feature's server functions need from the server (which implements it). Acting
+/// calls act as the session's user: an operator on any tenant, a tenant admin on their own
+/// tenant only (any other tenant is `NotFound`); without a session they are `Unauthorized`.
+#[cfg(feature = "ssr")]
+#[async_trait::async_trait]
+pub trait AuthPort: Send + Sync + 'static {
+    /// Checks the credentials and starts a session for the current request.
+    async fn sign_in(&self, email: &str, password: &str) -> Result<SignedInUser, AppError>;
+
+    /// Ends the current request's session.
+    async fn sign_out(&self) -> Result<(), AppError>;
+
+    /// The user of the current request's session.
+    async fn current_user(&self) -> Result<Option<SignedInUser>, AppError>;
+}
+
 /// Signs in; a wrong email or password gets [`AppError::Invalid`] with a clear message.
 #[server(prefix = "/api", endpoint = "sign_in")]
 pub async fn sign_in(email: String, password: String) -> Result<SignedInUser, AppError> {
-    crate::port::console()?.sign_in(&email, &password).await
+    crate::context::port::<dyn AuthPort>()?
+        .sign_in(&email, &password)
+        .await
 }
 
 /// Ends the current session.
 #[server(prefix = "/api", endpoint = "sign_out")]
 pub async fn sign_out() -> Result<(), AppError> {
-    crate::port::console()?.sign_out().await
+    crate::context::port::<dyn AuthPort>()?.sign_out().await
 }
 
 /// The signed-in user, or `None`.
 #[server(prefix = "/api", endpoint = "me")]
 pub async fn current_user() -> Result<Option<SignedInUser>, AppError> {
-    crate::port::console()?.current_user().await
+    crate::context::port::<dyn AuthPort>()?.current_user().await
 }
 
 /// The sign-in page.
@@ -110,7 +172,7 @@ pub fn AccountPage() -> impl IntoView {
             <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
                 {move || user.get().map(|reading| match reading {
                     Ok(Some(u)) => view! {
-                        <p data-testid="signed-in-as">"Signed in as " <strong>{u.email}</strong> " (" {u.role} ")"</p>
+                        <p data-testid="signed-in-as">"Signed in as " <strong>{u.email}</strong> " (" {u.role.as_str()} ")"</p>
                         <ActionForm action=sign_out>
                             <button type="submit" data-testid="sign-out">"Sign out"</button>
                         </ActionForm>

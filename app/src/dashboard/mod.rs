@@ -3,15 +3,13 @@
 //! shows the first frame in its HTML and then takes a new one every second, pushed over
 //! server-sent events from `/live/dashboard`.
 
-mod view;
+pub mod view;
 
 use leptos::prelude::*;
 use leptos::server_fn::codec::Json;
 use serde::{Deserialize, Serialize};
 
 use crate::error::AppError;
-
-pub use view::{FleetDashboardPage, TenantDashboardPage};
 
 /// The time a dashboard covers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -62,11 +60,21 @@ impl Range {
     }
 }
 
+/// What this feature's server functions need from the server (which implements it). Acting
+/// calls act as the session's user: an operator on any tenant, a tenant admin on their own
+/// tenant only (any other tenant is `NotFound`); without a session they are `Unauthorized`.
+#[cfg(feature = "ssr")]
+#[async_trait::async_trait]
+pub trait DashboardPort: Send + Sync + 'static {
+    /// The dashboard of the fleet (`None`, operators) or of a tenant, as HTML.
+    async fn dashboard(&self, tenant: Option<&str>, range: Range) -> Result<String, AppError>;
+}
+
 /// The dashboard of the fleet (`tenant` = `None`, operators) or of one tenant, as HTML: the
 /// frame the live stream would push now.
 #[server(prefix = "/api", endpoint = "dashboard", input = Json)]
 pub async fn dashboard_frame(tenant: Option<String>, range: Range) -> Result<String, AppError> {
-    crate::port::console()?
+    crate::context::port::<dyn DashboardPort>()?
         .dashboard(tenant.as_deref(), range)
         .await
 }

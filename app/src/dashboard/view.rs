@@ -4,7 +4,7 @@
 use leptos::prelude::*;
 
 use super::{dashboard_frame, Range};
-use crate::tenants::TenantTabs;
+use crate::tenants::view::TenantTabs;
 use crate::ui::{use_tenant, ErrorNote};
 
 /// The operator's view of the whole fleet.

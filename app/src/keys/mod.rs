@@ -3,13 +3,11 @@
 //! the browser (WASM, from the browser's cryptographic RNG), shows it once, and sends only its
 //! SHA-256 and its display prefix: the server never sees a plaintext key.
 
-mod view;
+pub mod view;
 
 use leptos::prelude::*;
 use leptos::server_fn::codec::Json;
 use sha2::{Digest, Sha256};
-
-pub use view::KeysPage;
 
 use serde::{Deserialize, Serialize};
 
@@ -148,11 +146,36 @@ impl GeneratedKey {
     }
 }
 
-/// A key as lists show it. The hash is not included: it is of no use to a person.
+/// Whether a key authenticates, and why not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeyState {
+    Live,
+    /// Rotated: still works until its grace period ends.
+    Grace,
+    Expired,
+    Revoked,
+}
+
+impl KeyState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyState::Live => "live",
+            KeyState::Grace => "grace",
+            KeyState::Expired => "expired",
+            KeyState::Revoked => "revoked",
+        }
+    }
+}
+
+/// A key: the one wire shape of the admin API and the console. The hash is not included: it
+/// is of no use to a person.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyInfo {
     pub id: String,
-    pub kind: String,
+    /// `None` for an operator key.
+    pub tenant_id: Option<String>,
+    pub kind: KeyKind,
     pub name: String,
     pub prefix: String,
     pub created_at: i64,
@@ -163,28 +186,56 @@ pub struct KeyInfo {
     pub replaced_by: Option<String>,
     /// [`KeyInfo::state_at`] when the server listed it, so that the page the server renders
     /// and the page the browser hydrates agree.
-    pub state: String,
+    pub state: KeyState,
 }
 
 impl KeyInfo {
-    /// `live`, `revoked`, `expired`, or `grace` (rotated, still working until it expires).
-    pub fn state_at(&self, now_ms: i64) -> &'static str {
+    /// The key's state at `now_ms`.
+    pub fn state_at(&self, now_ms: i64) -> KeyState {
         if self.revoked_at.is_some() {
-            "revoked"
+            KeyState::Revoked
         } else if self.expires_at.is_some_and(|e| e <= now_ms) {
-            "expired"
+            KeyState::Expired
         } else if self.replaced_by.is_some() {
-            "grace"
+            KeyState::Grace
         } else {
-            "live"
+            KeyState::Live
         }
     }
+}
+
+/// What this feature's server functions need from the server (which implements it). Acting
+/// calls act as the session's user: an operator on any tenant, a tenant admin on their own
+/// tenant only (any other tenant is `NotFound`); without a session they are `Unauthorized`.
+#[cfg(feature = "ssr")]
+#[async_trait::async_trait]
+pub trait KeysPort: Send + Sync + 'static {
+    async fn list_keys(&self, tenant: &str) -> Result<Vec<KeyInfo>, AppError>;
+    async fn create_key(
+        &self,
+        tenant: &str,
+        kind: KeyKind,
+        name: &str,
+        hash: &str,
+        prefix: &str,
+    ) -> Result<KeyInfo, AppError>;
+    async fn rotate_key(
+        &self,
+        tenant: &str,
+        key: &str,
+        hash: &str,
+        prefix: &str,
+        grace_seconds: u64,
+    ) -> Result<KeyInfo, AppError>;
+    async fn revoke_key(&self, tenant: &str, key: &str) -> Result<KeyInfo, AppError>;
 }
 
 /// A tenant's keys, newest first.
 #[server(prefix = "/api", endpoint = "keys/list", input = Json)]
 pub async fn list_keys(tenant: String) -> Result<Vec<KeyInfo>, AppError> {
-    crate::port::console()?.list_keys(&tenant).await
+    crate::context::port::<dyn KeysPort>()?
+        .list_keys(&tenant)
+        .await
 }
 
 /// Registers a key the browser generated: only its hash and display prefix arrive here.
@@ -196,7 +247,7 @@ pub async fn create_key(
     hash: String,
     prefix: String,
 ) -> Result<KeyInfo, AppError> {
-    crate::port::console()?
+    crate::context::port::<dyn KeysPort>()?
         .create_key(&tenant, kind, &name, &hash, &prefix)
         .await
 }
@@ -211,7 +262,7 @@ pub async fn rotate_key(
     prefix: String,
     grace_seconds: u64,
 ) -> Result<KeyInfo, AppError> {
-    crate::port::console()?
+    crate::context::port::<dyn KeysPort>()?
         .rotate_key(&tenant, &key, &hash, &prefix, grace_seconds)
         .await
 }
@@ -219,7 +270,9 @@ pub async fn rotate_key(
 /// Revokes a key at once.
 #[server(prefix = "/api", endpoint = "keys/revoke", input = Json)]
 pub async fn revoke_key(tenant: String, key: String) -> Result<KeyInfo, AppError> {
-    crate::port::console()?.revoke_key(&tenant, &key).await
+    crate::context::port::<dyn KeysPort>()?
+        .revoke_key(&tenant, &key)
+        .await
 }
 
 #[cfg(test)]
@@ -267,7 +320,8 @@ mod tests {
     fn key_states_follow_revocation_rotation_and_expiry() {
         let mut key = KeyInfo {
             id: "k".into(),
-            kind: "check".into(),
+            tenant_id: None,
+            kind: KeyKind::Check,
             name: "n".into(),
             prefix: "sl_chk_00000".into(),
             created_at: 0,
@@ -275,14 +329,14 @@ mod tests {
             revoked_at: None,
             last_used_at: None,
             replaced_by: None,
-            state: String::new(),
+            state: KeyState::Live,
         };
-        assert_eq!(key.state_at(10), "live");
+        assert_eq!(key.state_at(10), KeyState::Live);
         key.replaced_by = Some("k2".into());
         key.expires_at = Some(20);
-        assert_eq!(key.state_at(10), "grace");
-        assert_eq!(key.state_at(20), "expired");
+        assert_eq!(key.state_at(10), KeyState::Grace);
+        assert_eq!(key.state_at(20), KeyState::Expired);
         key.revoked_at = Some(5);
-        assert_eq!(key.state_at(10), "revoked");
+        assert_eq!(key.state_at(10), KeyState::Revoked);
     }
 }

@@ -5,7 +5,7 @@ use leptos::ev::SubmitEvent;
 use leptos::prelude::*;
 
 use super::{CreateKey, GeneratedKey, KeyInfo, KeyKind, RevokeKey, RotateKey};
-use crate::tenants::TenantTabs;
+use crate::tenants::view::TenantTabs;
 use crate::ui::{format_maybe, format_utc, use_tenant, ConfirmButton, ErrorNote};
 
 /// The default grace period of a rotation: one hour.
@@ -94,10 +94,7 @@ pub fn KeysPage() -> impl IntoView {
     };
     let on_rotate = Callback::new(move |(key, grace_seconds): (KeyInfo, u64)| {
         set_local_error.set(None);
-        let Some(kind) = KeyKind::parse(&key.kind) else {
-            return;
-        };
-        match GeneratedKey::generate(kind) {
+        match GeneratedKey::generate(key.kind) {
             Ok(new) => {
                 pending.set(Some(Reveal {
                     plaintext: new.plaintext.clone(),
@@ -175,12 +172,7 @@ fn KeyRow(
     revoke: ServerAction<RevokeKey>,
     tenant: Memo<String>,
 ) -> impl IntoView {
-    let state = match key.state.as_str() {
-        "live" => "live",
-        "grace" => "grace",
-        "expired" => "expired",
-        _ => "revoked",
-    };
+    let state = key.state.as_str();
     let usable = matches!(state, "live");
     let (rotating, set_rotating) = signal(false);
     let (grace, set_grace) = signal(DEFAULT_GRACE_SECONDS.to_string());
@@ -222,7 +214,7 @@ fn KeyRow(
         <tr data-testid="key-row" data-prefix=key.prefix.clone() data-state=state>
             <td>{key.name.clone()}</td>
             <td><code>{format!("{}…", key.prefix)}</code></td>
-            <td>{key.kind.clone()}</td>
+            <td>{key.kind.as_str()}</td>
             <td>{format_utc(key.created_at)}</td>
             <td>{expires}</td>
             <td>{format_maybe(key.last_used_at)}</td>

@@ -7,7 +7,7 @@ pub mod model;
 pub mod preview;
 mod rule;
 mod spec;
-mod view;
+pub mod view;
 
 use leptos::prelude::*;
 use leptos::server_fn::codec::Json;
@@ -23,21 +23,41 @@ pub use spec::{
     Algorithm, FieldError, LimitSpec, MAX_COST, MAX_LIMIT, MAX_LOG_LIMIT, MAX_PERIOD_MS,
     MIN_PERIOD_MS,
 };
-pub use view::RulesPage;
 
-/// A stored rule.
+/// A stored rule: the one wire shape of the admin API and the console. The body's fields sit
+/// next to the id, as a rule is written (`{"id", "tenant_id", "name", "match", ...}`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RuleInfo {
     pub id: String,
+    pub tenant_id: String,
+    #[serde(flatten)]
     pub body: RuleBody,
     pub created_at: i64,
     pub updated_at: i64,
 }
 
+/// What this feature's server functions need from the server (which implements it). Acting
+/// calls act as the session's user: an operator on any tenant, a tenant admin on their own
+/// tenant only (any other tenant is `NotFound`); without a session they are `Unauthorized`.
+#[cfg(feature = "ssr")]
+#[async_trait::async_trait]
+pub trait RulesPort: Send + Sync + 'static {
+    async fn list_rules(&self, tenant: &str) -> Result<Vec<RuleInfo>, AppError>;
+    async fn save_rule(
+        &self,
+        tenant: &str,
+        id: Option<&str>,
+        body: RuleBody,
+    ) -> Result<RuleInfo, AppError>;
+    async fn delete_rule(&self, tenant: &str, id: &str) -> Result<(), AppError>;
+}
+
 /// A tenant's rules.
 #[server(prefix = "/api", endpoint = "rules/list", input = Json)]
 pub async fn list_rules(tenant: String) -> Result<Vec<RuleInfo>, AppError> {
-    crate::port::console()?.list_rules(&tenant).await
+    crate::context::port::<dyn RulesPort>()?
+        .list_rules(&tenant)
+        .await
 }
 
 /// Creates a rule (`id: None`) or replaces rule `id`.
@@ -47,7 +67,7 @@ pub async fn save_rule(
     id: Option<String>,
     body: RuleBody,
 ) -> Result<RuleInfo, AppError> {
-    crate::port::console()?
+    crate::context::port::<dyn RulesPort>()?
         .save_rule(&tenant, id.as_deref(), body)
         .await
 }
@@ -55,5 +75,44 @@ pub async fn save_rule(
 /// Deletes a rule.
 #[server(prefix = "/api", endpoint = "rules/delete", input = Json)]
 pub async fn delete_rule(tenant: String, id: String) -> Result<(), AppError> {
-    crate::port::console()?.delete_rule(&tenant, &id).await
+    crate::context::port::<dyn RulesPort>()?
+        .delete_rule(&tenant, &id)
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rule_is_one_flat_object_on_the_wire_and_reads_back() {
+        let rule = RuleInfo {
+            id: "r1".into(),
+            tenant_id: "t1".into(),
+            body: RuleBody {
+                name: "transfers".into(),
+                match_kind: MatchKind::Prefix,
+                route: Some("POST /transfers".into()),
+                scope: Scope::Subject,
+                algorithm: Algorithm::Gcra,
+                limit: 10,
+                period_ms: 1000,
+                burst: None,
+                penalty: false,
+                failure_mode: FailureMode::Closed,
+                shadow: false,
+                enabled: true,
+            },
+            created_at: 1,
+            updated_at: 2,
+        };
+        let json = serde_json::to_value(&rule).unwrap();
+        assert_eq!(json["id"], "r1");
+        assert_eq!(json["tenant_id"], "t1");
+        assert_eq!(json["match"], "prefix");
+        assert_eq!(json["limit"], 10);
+        assert!(json.get("body").is_none(), "{json}");
+        let back: RuleInfo = serde_json::from_value(json).unwrap();
+        assert_eq!(back, rule);
+    }
 }

@@ -18,7 +18,7 @@ use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Algorithm, LimitSpec};
+use super::spec::{Algorithm, LimitSpec};
 
 /// Extra lifetime given to every stored key beyond the time it takes to refill.
 pub const TTL_MARGIN_MS: f64 = 1000.0;

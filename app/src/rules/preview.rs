@@ -4,7 +4,7 @@
 //! in the browser and draws it with plotters.
 
 use super::model;
-use super::LimitSpec;
+use super::spec::LimitSpec;
 
 /// How requests arrive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

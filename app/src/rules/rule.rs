@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Algorithm, FieldError, LimitSpec};
+use super::spec::{Algorithm, FieldError, LimitSpec};
 
 /// Longest route, subject or rule name, in bytes.
 pub const MAX_ROUTE_BYTES: usize = 256;

@@ -9,7 +9,7 @@ use super::preview::{self, Shape, Traffic};
 use super::{
     Algorithm, DeleteRule, FailureMode, FieldError, MatchKind, RuleBody, RuleInfo, SaveRule, Scope,
 };
-use crate::tenants::TenantTabs;
+use crate::tenants::view::TenantTabs;
 use crate::ui::{use_tenant, ConfirmButton, ErrorNote};
 
 /// Period units offered by the form, with their length in ms.

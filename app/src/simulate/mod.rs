@@ -1,7 +1,7 @@
 //! Simulate: how a check would be decided against a tenant's current rules and counters,
 //! without consuming anything. The admin API offers the same dry run.
 
-mod view;
+pub mod view;
 
 use leptos::prelude::*;
 use leptos::server_fn::codec::Json;
@@ -9,8 +9,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::AppError;
 use crate::rules::model::Verdict;
-
-pub use view::SimulatePage;
 
 /// What to simulate: the fields of a check.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -50,8 +48,19 @@ pub struct Simulation {
     pub now_ms: i64,
 }
 
+/// What this feature's server functions need from the server (which implements it). Acting
+/// calls act as the session's user: an operator on any tenant, a tenant admin on their own
+/// tenant only (any other tenant is `NotFound`); without a session they are `Unauthorized`.
+#[cfg(feature = "ssr")]
+#[async_trait::async_trait]
+pub trait SimulatePort: Send + Sync + 'static {
+    async fn simulate(&self, tenant: &str, input: SimulateInput) -> Result<Simulation, AppError>;
+}
+
 /// Runs a dry check for `tenant`.
 #[server(prefix = "/api", endpoint = "simulate", input = Json)]
 pub async fn simulate(tenant: String, input: SimulateInput) -> Result<Simulation, AppError> {
-    crate::port::console()?.simulate(&tenant, input).await
+    crate::context::port::<dyn SimulatePort>()?
+        .simulate(&tenant, input)
+        .await
 }

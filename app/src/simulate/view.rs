@@ -6,7 +6,7 @@ use leptos::prelude::*;
 use super::{SimulateInput, Simulation};
 use crate::rules::model::Verdict;
 use crate::rules::{check_text, MAX_COST};
-use crate::tenants::TenantTabs;
+use crate::tenants::view::TenantTabs;
 use crate::ui::{use_tenant, ErrorNote};
 
 /// A tenant's dry-run page.

@@ -22,10 +22,20 @@ pub struct Status {
     pub checked_at_ms: i64,
 }
 
+/// What this feature's server functions need from the server (which implements it). Acting
+/// calls act as the session's user: an operator on any tenant, a tenant admin on their own
+/// tenant only (any other tenant is `NotFound`); without a session they are `Unauthorized`.
+#[cfg(feature = "ssr")]
+#[async_trait::async_trait]
+pub trait StatusPort: Send + Sync + 'static {
+    /// The instance's configuration and whether its dependencies answer.
+    async fn status(&self) -> Result<Status, AppError>;
+}
+
 /// Reads the instance status.
 #[server(prefix = "/api", endpoint = "status")]
 pub async fn get_status() -> Result<Status, AppError> {
-    crate::port::console()?.status().await
+    crate::context::port::<dyn StatusPort>()?.status().await
 }
 
 /// Shows the status and refreshes it on request.

@@ -1,7 +1,7 @@
 //! Tenants: the operator's list of them, creating one, suspending and resuming it, and
 //! giving it its first admin.
 
-mod view;
+pub mod view;
 
 use leptos::prelude::*;
 use leptos::server_fn::codec::Json;
@@ -9,49 +9,114 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::AppError;
 
-pub use view::{TenantTabs, TenantsPage};
+/// Whether a tenant's keys work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TenantStatus {
+    Active,
+    /// Every key of the tenant is refused (403), and its admins may only read that it is.
+    Suspended,
+}
 
-/// A tenant as the console shows it.
+impl TenantStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TenantStatus::Active => "active",
+            TenantStatus::Suspended => "suspended",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        [TenantStatus::Active, TenantStatus::Suspended]
+            .into_iter()
+            .find(|t| t.as_str() == s)
+    }
+}
+
+/// A stored value that names no status (read back from the database).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown tenant status {0:?}")]
+pub struct UnknownStatus(pub String);
+
+impl TryFrom<String> for TenantStatus {
+    type Error = UnknownStatus;
+
+    fn try_from(s: String) -> Result<Self, UnknownStatus> {
+        Self::parse(&s).ok_or(UnknownStatus(s))
+    }
+}
+
+impl std::fmt::Display for TenantStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A tenant: the one wire shape of the admin API and the console.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TenantInfo {
     pub id: String,
     pub name: String,
-    /// `active` or `suspended`.
-    pub status: String,
+    pub status: TenantStatus,
     pub created_at: i64,
+    pub updated_at: i64,
 }
 
 impl TenantInfo {
     pub fn is_active(&self) -> bool {
-        self.status == "active"
+        self.status == TenantStatus::Active
     }
 }
 
 /// The shortest password the console accepts for a new account.
 pub const MIN_PASSWORD_CHARS: usize = 12;
 
+/// What this feature's server functions need from the server (which implements it). Acting
+/// calls act as the session's user: an operator on any tenant, a tenant admin on their own
+/// tenant only (any other tenant is `NotFound`); without a session they are `Unauthorized`.
+#[cfg(feature = "ssr")]
+#[async_trait::async_trait]
+pub trait TenantsPort: Send + Sync + 'static {
+    async fn list_tenants(&self) -> Result<Vec<TenantInfo>, AppError>;
+    async fn get_tenant(&self, tenant: &str) -> Result<TenantInfo, AppError>;
+    async fn create_tenant(&self, name: &str) -> Result<TenantInfo, AppError>;
+    async fn set_tenant_active(&self, tenant: &str, active: bool) -> Result<TenantInfo, AppError>;
+    async fn add_tenant_admin(
+        &self,
+        tenant: &str,
+        email: &str,
+        password: &str,
+    ) -> Result<(), AppError>;
+}
+
 /// Every tenant (operators only).
 #[server(prefix = "/api", endpoint = "tenants/list", input = Json)]
 pub async fn list_tenants() -> Result<Vec<TenantInfo>, AppError> {
-    crate::port::console()?.list_tenants().await
+    crate::context::port::<dyn TenantsPort>()?
+        .list_tenants()
+        .await
 }
 
 /// One tenant: operators may read any, a tenant admin only their own.
 #[server(prefix = "/api", endpoint = "tenants/get", input = Json)]
 pub async fn get_tenant(tenant: String) -> Result<TenantInfo, AppError> {
-    crate::port::console()?.get_tenant(&tenant).await
+    crate::context::port::<dyn TenantsPort>()?
+        .get_tenant(&tenant)
+        .await
 }
 
 /// Creates a tenant (operators only).
 #[server(prefix = "/api", endpoint = "tenants/create", input = Json)]
 pub async fn create_tenant(name: String) -> Result<TenantInfo, AppError> {
-    crate::port::console()?.create_tenant(&name).await
+    crate::context::port::<dyn TenantsPort>()?
+        .create_tenant(&name)
+        .await
 }
 
 /// Suspends (`active = false`) or resumes a tenant (operators only).
 #[server(prefix = "/api", endpoint = "tenants/set_active", input = Json)]
 pub async fn set_tenant_active(tenant: String, active: bool) -> Result<TenantInfo, AppError> {
-    crate::port::console()?
+    crate::context::port::<dyn TenantsPort>()?
         .set_tenant_active(&tenant, active)
         .await
 }
@@ -63,7 +128,7 @@ pub async fn add_tenant_admin(
     email: String,
     password: String,
 ) -> Result<(), AppError> {
-    crate::port::console()?
+    crate::context::port::<dyn TenantsPort>()?
         .add_tenant_admin(&tenant, &email, &password)
         .await
 }

@@ -100,7 +100,7 @@ fn TenantRow(tenant: TenantInfo, set_active: ServerAction<SetTenantActive>) -> i
     view! {
         <tr data-testid="tenant-row" data-tenant=id.clone() data-name=name.clone()>
             <td>{name.clone()}<br/><code class="muted small">{id.clone()}</code></td>
-            <td><span class="badge" class:bad=!active data-testid="tenant-status">{tenant.status.clone()}</span></td>
+            <td><span class="badge" class:bad=!active data-testid="tenant-status">{tenant.status.as_str()}</span></td>
             <td>{format_utc(tenant.created_at)}</td>
             <td class="links">
                 <A href=format!("/tenants/{id}/rules")>"Rules"</A>
@@ -118,7 +118,7 @@ fn TenantRow(tenant: TenantInfo, set_active: ServerAction<SetTenantActive>) -> i
 
 #[component]
 fn AddAdminForm(
-    tenants: Resource<Result<Vec<TenantInfo>, crate::AppError>>,
+    tenants: Resource<Result<Vec<TenantInfo>, crate::error::AppError>>,
     add_admin: ServerAction<AddTenantAdmin>,
 ) -> impl IntoView {
     let (tenant, set_tenant) = signal(String::new());
@@ -204,7 +204,7 @@ pub fn TenantTabs(
                 {move || info.get().map(|reading| match reading {
                     Ok(t) => view! {
                         <h1 data-testid="tenant-name">{t.name.clone()}
-                            <span class="badge" class:bad=!t.is_active() data-testid="tenant-status">{t.status.clone()}</span>
+                            <span class="badge" class:bad=!t.is_active() data-testid="tenant-status">{t.status.as_str()}</span>
                         </h1>
                     }.into_any(),
                     Err(e) => view! { <h1>"Tenant"</h1><ErrorNote error=e/> }.into_any(),

@@ -144,7 +144,7 @@ async fn tenant(
     let mut random = [0_u8; 32];
     rand::rngs::OsRng.fill_bytes(&mut random);
     let key = format_key(KeyKind::Check, &random);
-    let body = json!({ "kind": "check", "name": "bench", "hash": sluice::auth::sha256_hex(&key), "prefix": display_prefix(&key) });
+    let body = json!({ "kind": "check", "name": "bench", "hash": app::keys::sha256_hex(&key), "prefix": display_prefix(&key) });
     api(
         client,
         url,

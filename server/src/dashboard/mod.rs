@@ -1,15 +1,16 @@
 //! Live dashboards for the whole fleet.
 //!
-//! - [`recorder`]: what this instance saw in the current second. The check path records
-//!   each decision, its limiter round trip (by Cluster slot) and its cache lookups.
+//! - [`crate::telemetry::recorder`] holds what this instance saw in the current second: the
+//!   check path records each decision, its limiter round trip (by Cluster slot) and its cache
+//!   lookups there, and this module takes it once a second.
 //! - [`series`]: where every instance's seconds are summed. That is Redis (1 hour at 1 s
 //!   and 7 days at 1 min) or, for an embedded instance, memory. It also holds the instances'
 //!   heartbeats and the active-key counts.
 //! - [`view`]: this instance's copy of the fleet, refreshed every second, and the
 //!   [`view::Frame`] of a scope (the fleet or one tenant) over a range.
 //! - [`render`]: a frame as HTML with plotters SVG charts.
-//! - [`live`]: `GET /live/dashboard`, which pushes a new frame to the browser every second
-//!   over server-sent events.
+//! - `GET /live/dashboard` ([`crate::transport::live`]) pushes a new frame to the browser
+//!   every second over server-sent events.
 //!
 //! One task per instance does the work once a second, just after the second ends. It takes
 //! the recorder's second, writes it with a heartbeat, re-reads the last few seconds of the
@@ -17,8 +18,6 @@
 //! A second that cannot be written (Redis down) is kept and written later, for up to 10
 //! minutes.
 
-pub mod live;
-pub mod recorder;
 pub mod render;
 pub mod series;
 pub mod view;
@@ -29,10 +28,11 @@ use std::time::Duration;
 
 use tokio::sync::{broadcast, watch};
 
-use crate::limiter::{keys, Limiter, RedisBackend};
-use crate::metrics::Metrics;
+use crate::limiter::Limiter;
+use crate::redis_client::RedisClient;
 use crate::store::{self, Db};
-pub use recorder::{Outcome, Recorder, Snapshot};
+use crate::telemetry::recorder::{self, Outcome, Recorder, Snapshot};
+use crate::telemetry::Metrics;
 use series::{Beat, SeriesStore, SEP};
 use view::{Frame, Scope, View};
 
@@ -85,7 +85,7 @@ impl Dashboard {
     pub fn new(
         metrics: &Metrics,
         limiter: &Limiter,
-        series: Option<RedisBackend>,
+        series: Option<RedisClient>,
         db: Db,
         mode: &str,
     ) -> Self {
@@ -297,7 +297,7 @@ impl Dashboard {
         second: i64,
         from: i64,
         everything: bool,
-    ) -> Result<(), crate::limiter::LimiterError> {
+    ) -> Result<(), crate::redis_client::Error> {
         let store = &self.inner.store;
         let seconds = store.seconds(from, second).await?;
         let minute = second.div_euclid(60);
@@ -409,9 +409,4 @@ impl Dashboard {
         }
         out
     }
-}
-
-/// The Cluster slot of a check's keys, when the limiter is a Cluster (for per-shard latency).
-pub fn slot_of(limiter: &Limiter, first_key: &str) -> Option<u16> {
-    (limiter.kind() == crate::limiter::BackendKind::RedisCluster).then(|| keys::slot(first_key))
 }

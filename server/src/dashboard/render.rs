@@ -8,8 +8,8 @@ use plotters::coord::types::RangedCoordf64;
 use plotters::coord::{CoordTranslate, Shift};
 use plotters::prelude::*;
 
-use super::recorder::Outcome;
 use super::view::{max_bound_ms, Frame, Latency, Scope, Top};
+use crate::telemetry::recorder::Outcome;
 
 const ALLOWED: RGBColor = RGBColor(31, 122, 77);
 const DENIED: RGBColor = RGBColor(196, 61, 50);

@@ -23,7 +23,10 @@ use std::time::Duration;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
-use crate::limiter::{keys, LimiterError, MemoryBackend, RedisBackend};
+use std::sync::LazyLock;
+
+use crate::limiter::MemoryBackend;
+use crate::redis_client::{keys, Error as RedisError, RedisClient};
 
 /// The field separator.
 pub const SEP: char = '\x1f';
@@ -38,6 +41,8 @@ pub const ALIVE_MS: i64 = 5_000;
 pub const DEADLINE: Duration = Duration::from_secs(2);
 /// Adds one instance's second exactly once (see its header).
 const WRITE_SOURCE: &str = include_str!("../../../lua/dashboard_write.lua");
+/// That script, hashed once.
+static WRITE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(WRITE_SOURCE));
 
 /// A hash of one second or minute: field → value.
 pub type Fields = HashMap<String, i64>;
@@ -55,19 +60,7 @@ pub struct Beat {
     pub checks: u64,
 }
 
-fn second_key(sec: i64) -> String {
-    format!("sld:{{fleet}}:s:{sec}")
-}
-
-fn minute_key(min: i64) -> String {
-    format!("sld:{{fleet}}:m:{min}")
-}
-
-const ALIVE_KEY: &str = "sld:{fleet}:alive";
-
-fn beat_key(id: &str) -> String {
-    format!("sld:{{fleet}}:beat:{id}")
-}
+use keys::{beat as beat_key, fleet_minute as minute_key, fleet_second as second_key, ALIVE};
 
 /// Whether a field is a per-instance maximum (set, not summed; not kept per minute).
 pub fn is_max(field: &str) -> bool {
@@ -100,7 +93,7 @@ pub enum SeriesStore {
         series: Arc<Mutex<MemorySeries>>,
         limiter: MemoryBackend,
     },
-    Redis(RedisBackend),
+    Redis(RedisClient),
 }
 
 impl SeriesStore {
@@ -117,7 +110,7 @@ impl SeriesStore {
         sec: i64,
         fields: &[(String, i64)],
         beat: &Beat,
-    ) -> Result<(), LimiterError> {
+    ) -> Result<(), RedisError> {
         let minute = sec.div_euclid(60);
         match self {
             SeriesStore::Memory { series, .. } => {
@@ -136,36 +129,38 @@ impl SeriesStore {
                 Ok(())
             }
             SeriesStore::Redis(redis) => {
-                let mut eval = redis::cmd("EVAL");
-                eval.arg(WRITE_SOURCE)
-                    .arg(4)
-                    .arg(second_key(sec))
-                    .arg(minute_key(minute))
-                    .arg(ALIVE_KEY)
-                    .arg(beat_key(&beat.id))
-                    .arg((SECONDS_KEPT + 60) * 1000)
-                    .arg((MINUTES_KEPT + 60) * 60_000)
-                    .arg(&beat.id)
-                    .arg(beat.last_ms)
-                    .arg(serde_json::to_string(beat).expect("a beat serializes"))
-                    .arg(ALIVE_MS * 2)
-                    .arg(beat.last_ms - SECONDS_KEPT * 1000);
-                for (field, value) in fields {
-                    eval.arg(field).arg(value);
-                }
-                let _added: i64 = redis.query(&eval).await?;
+                let beat_json = serde_json::to_string(beat).expect("a beat serializes");
+                let _added: i64 = redis
+                    .run_script(&WRITE, WRITE_SOURCE, |cmd| {
+                        cmd.arg(4)
+                            .arg(second_key(sec))
+                            .arg(minute_key(minute))
+                            .arg(ALIVE)
+                            .arg(beat_key(&beat.id))
+                            .arg((SECONDS_KEPT + 60) * 1000)
+                            .arg((MINUTES_KEPT + 60) * 60_000)
+                            .arg(&beat.id)
+                            .arg(beat.last_ms)
+                            .arg(&beat_json)
+                            .arg(ALIVE_MS * 2)
+                            .arg(beat.last_ms - SECONDS_KEPT * 1000);
+                        for (field, value) in fields {
+                            cmd.arg(field).arg(value);
+                        }
+                    })
+                    .await?;
                 Ok(())
             }
         }
     }
 
     /// The seconds `from..=to` that hold anything.
-    pub async fn seconds(&self, from: i64, to: i64) -> Result<Vec<(i64, Fields)>, LimiterError> {
+    pub async fn seconds(&self, from: i64, to: i64) -> Result<Vec<(i64, Fields)>, RedisError> {
         self.read(from, to, true).await
     }
 
     /// The minutes `from..=to` that hold anything.
-    pub async fn minutes(&self, from: i64, to: i64) -> Result<Vec<(i64, Fields)>, LimiterError> {
+    pub async fn minutes(&self, from: i64, to: i64) -> Result<Vec<(i64, Fields)>, RedisError> {
         self.read(from, to, false).await
     }
 
@@ -174,7 +169,7 @@ impl SeriesStore {
         from: i64,
         to: i64,
         seconds: bool,
-    ) -> Result<Vec<(i64, Fields)>, LimiterError> {
+    ) -> Result<Vec<(i64, Fields)>, RedisError> {
         match self {
             SeriesStore::Memory { series, .. } => {
                 let s = series.lock().unwrap_or_else(|e| e.into_inner());
@@ -211,7 +206,7 @@ impl SeriesStore {
     }
 
     /// The instances whose last heartbeat is at most [`ALIVE_MS`] old at `now_ms`.
-    pub async fn alive(&self, now_ms: i64) -> Result<Vec<Beat>, LimiterError> {
+    pub async fn alive(&self, now_ms: i64) -> Result<Vec<Beat>, RedisError> {
         let mut beats = match self {
             SeriesStore::Memory { series, .. } => {
                 let s = series.lock().unwrap_or_else(|e| e.into_inner());
@@ -223,7 +218,7 @@ impl SeriesStore {
             }
             SeriesStore::Redis(redis) => {
                 let mut cmd = redis::cmd("ZRANGEBYSCORE");
-                cmd.arg(ALIVE_KEY).arg(now_ms - ALIVE_MS).arg("+inf");
+                cmd.arg(ALIVE).arg(now_ms - ALIVE_MS).arg("+inf");
                 let ids: Vec<String> = redis.query(&cmd).await?;
                 if ids.is_empty() {
                     return Ok(Vec::new());
@@ -260,7 +255,7 @@ impl SeriesStore {
             }
             SeriesStore::Redis(redis) => {
                 // One PFCOUNT per tenant (a tenant's keys share a slot; tenants do not).
-                let results: Vec<(String, Result<u64, LimiterError>)> =
+                let results: Vec<(String, Result<u64, RedisError>)> =
                     futures::stream::iter(tenants.iter().cloned())
                         .map(|tenant| async move {
                             let mut cmd = redis::cmd("PFCOUNT");
@@ -290,11 +285,11 @@ impl SeriesStore {
     }
 
     /// Cluster slot → shard ("host:port" of the master), when the limiter is a Cluster.
-    pub async fn shard_map(&self) -> Result<Option<Vec<(u16, u16, String)>>, LimiterError> {
+    pub async fn shard_map(&self) -> Result<Option<Vec<(u16, u16, String)>>, RedisError> {
         let SeriesStore::Redis(redis) = self else {
             return Ok(None);
         };
-        if redis.kind() != crate::limiter::BackendKind::RedisCluster {
+        if !redis.is_cluster() {
             return Ok(None);
         }
         let mut cmd = redis::cmd("CLUSTER");

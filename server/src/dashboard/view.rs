@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use app::dashboard::Range;
 
-use super::recorder::{Histogram, Outcome, BOUNDS_US, BUCKETS};
 use super::series::{Beat, Fields, SEP};
+use crate::telemetry::recorder::{Histogram, Outcome, BOUNDS_US, BUCKETS};
 
 /// Whose traffic a dashboard shows.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use app::rules::model::{self, RuleInput, State};
 
-use super::{CheckOutcome, CheckRequest, REQUEST_ID_TTL};
+use super::check::{CheckOutcome, CheckRequest, REQUEST_ID_TTL};
 
 /// Number of independently locked shards.
 pub const SHARDS: usize = 64;

@@ -3,7 +3,7 @@
 use app::audit::AuditFilter;
 use serde::Serialize;
 
-use super::{now_ms, with_pool, Db, StoreError};
+use super::{now_ms, with_exec, with_pool, Db, Exec, StoreError};
 
 /// One recorded change.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
@@ -20,7 +20,7 @@ pub struct AuditEvent {
 
 /// Records an event now.
 pub async fn record(
-    db: &Db,
+    exec: impl Into<Exec<'_>>,
     tenant_id: Option<&str>,
     actor: &str,
     action: &str,
@@ -28,10 +28,10 @@ pub async fn record(
     detail: &serde_json::Value,
 ) -> Result<(), StoreError> {
     let sql = "INSERT INTO audit_events (tenant_id, actor, action, target, detail, at) VALUES ($1, $2, $3, $4, $5, $6)";
-    with_pool!(db, pool => {
+    with_exec!(exec.into(), conn => {
         sqlx::query(sql)
             .bind(tenant_id).bind(actor).bind(action).bind(target).bind(detail.to_string()).bind(now_ms())
-            .execute(pool)
+            .execute(conn)
             .await?;
     });
     Ok(())

@@ -3,7 +3,7 @@
 use app::keys::KeyKind;
 use serde::Serialize;
 
-use super::{conflict_as, now_ms, with_pool, Db, StoreError};
+use super::{conflict_as, now_ms, with_exec, with_pool, Db, Exec, StoreError, Tx};
 
 /// A key as stored (never the key itself).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
@@ -68,13 +68,13 @@ const INSERT: &str =
                       VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
 
 /// Stores a new key. A hash that already exists is a [`StoreError::Conflict`].
-pub async fn insert(db: &Db, key: &NewKey<'_>) -> Result<ApiKey, StoreError> {
+pub async fn insert(exec: impl Into<Exec<'_>>, key: &NewKey<'_>) -> Result<ApiKey, StoreError> {
     let row = new_row(key);
-    with_pool!(db, pool => {
+    with_exec!(exec.into(), conn => {
         sqlx::query(INSERT)
             .bind(&row.id).bind(&row.tenant_id).bind(&row.kind).bind(&row.name)
             .bind(&row.prefix).bind(&row.hash).bind(row.created_at).bind(row.expires_at)
-            .execute(pool)
+            .execute(conn)
             .await
             .map_err(conflict_as("a key with this hash"))?;
     });
@@ -106,36 +106,29 @@ pub async fn list_for_tenant(db: &Db, tenant_id: &str) -> Result<Vec<ApiKey>, St
 }
 
 /// Revokes a key now; false when it does not exist or was already revoked.
-pub async fn revoke(db: &Db, id: &str) -> Result<bool, StoreError> {
+pub async fn revoke(exec: impl Into<Exec<'_>>, id: &str) -> Result<bool, StoreError> {
     let sql = "UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL";
-    let affected = with_pool!(db, pool => {
-        sqlx::query(sql).bind(now_ms()).bind(id).execute(pool).await?.rows_affected()
+    let affected = with_exec!(exec.into(), conn => {
+        sqlx::query(sql).bind(now_ms()).bind(id).execute(conn).await?.rows_affected()
     });
     Ok(affected == 1)
 }
 
 /// Issues `new` in place of key `old_id`, which keeps working until `grace_until` (or its
-/// own earlier expiry). Both happen in one transaction.
+/// own earlier expiry). It takes a transaction: the two writes (and the caller's audit
+/// event) commit together or not at all.
 pub async fn rotate(
-    db: &Db,
+    tx: &mut Tx,
     old_id: &str,
     new: &NewKey<'_>,
     grace_until: i64,
 ) -> Result<ApiKey, StoreError> {
-    let row = new_row(new);
+    let row = insert(&mut *tx, new).await?;
     let expire = "UPDATE api_keys SET replaced_by = $1, \
                   expires_at = CASE WHEN expires_at IS NULL OR expires_at > $2 THEN $2 ELSE expires_at END \
                   WHERE id = $3";
-    with_pool!(db, pool => {
-        let mut tx = pool.begin().await?;
-        sqlx::query(INSERT)
-            .bind(&row.id).bind(&row.tenant_id).bind(&row.kind).bind(&row.name)
-            .bind(&row.prefix).bind(&row.hash).bind(row.created_at).bind(row.expires_at)
-            .execute(&mut *tx)
-            .await
-            .map_err(conflict_as("a key with this hash"))?;
-        sqlx::query(expire).bind(&row.id).bind(grace_until).bind(old_id).execute(&mut *tx).await?;
-        tx.commit().await?;
+    with_exec!(Exec::Tx(tx), conn => {
+        sqlx::query(expire).bind(&row.id).bind(grace_until).bind(old_id).execute(conn).await?;
     });
     Ok(row)
 }

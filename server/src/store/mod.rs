@@ -5,6 +5,10 @@
 //! placeholders are numbered (`$1`) in the order they appear. [`Db`] holds one pool of either
 //! kind, and the small functions in the submodules dispatch on it with [`with_pool!`], so no
 //! caller ever sees which database is in use.
+//!
+//! Functions that write take an [`Exec`]: the pool (`&db`) or an open transaction
+//! (`&mut tx` from [`Db::begin`]). The admin service writes a change and its audit event
+//! through one [`Tx`], so both commit or neither does.
 
 pub mod audit;
 pub mod keys;
@@ -103,6 +107,80 @@ macro_rules! with_pool {
 }
 pub(crate) use with_pool;
 
+/// An open transaction on either database; [`Tx::commit`] ends it, dropping it rolls back.
+pub enum Tx {
+    Sqlite(sqlx::Transaction<'static, sqlx::Sqlite>),
+    Postgres(sqlx::Transaction<'static, sqlx::Postgres>),
+}
+
+impl std::fmt::Debug for Tx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Tx::Sqlite(_) => "Tx(sqlite)",
+            Tx::Postgres(_) => "Tx(postgres)",
+        })
+    }
+}
+
+impl Tx {
+    pub async fn commit(self) -> Result<(), StoreError> {
+        match self {
+            Tx::Sqlite(tx) => tx.commit().await?,
+            Tx::Postgres(tx) => tx.commit().await?,
+        }
+        Ok(())
+    }
+}
+
+/// Where a write runs: straight on the pool, or inside a transaction.
+#[derive(Debug)]
+pub enum Exec<'a> {
+    Pool(&'a Db),
+    Tx(&'a mut Tx),
+}
+
+impl Exec<'_> {
+    /// The same executor for one more statement.
+    pub fn reborrow(&mut self) -> Exec<'_> {
+        match self {
+            Exec::Pool(db) => Exec::Pool(db),
+            Exec::Tx(tx) => Exec::Tx(tx),
+        }
+    }
+}
+
+impl<'a> From<&'a Db> for Exec<'a> {
+    fn from(db: &'a Db) -> Self {
+        Exec::Pool(db)
+    }
+}
+
+impl<'a> From<&'a mut Tx> for Exec<'a> {
+    fn from(tx: &'a mut Tx) -> Self {
+        Exec::Tx(tx)
+    }
+}
+
+/// Runs `$body` with `$conn` bound to a concrete executor (a pool, or a transaction's
+/// connection) of whichever database the [`Exec`] is on. `$conn` may be used once.
+macro_rules! with_exec {
+    ($exec:expr, $conn:ident => $body:expr) => {
+        match $exec {
+            $crate::store::Exec::Pool($crate::store::Db::Sqlite($conn)) => $body,
+            $crate::store::Exec::Pool($crate::store::Db::Postgres($conn)) => $body,
+            $crate::store::Exec::Tx($crate::store::Tx::Sqlite(tx)) => {
+                let $conn = &mut **tx;
+                $body
+            }
+            $crate::store::Exec::Tx($crate::store::Tx::Postgres(tx)) => {
+                let $conn = &mut **tx;
+                $body
+            }
+        }
+    };
+}
+pub(crate) use with_exec;
+
 impl Db {
     /// Opens a pool for `url`. For SQLite the file and its directory are created when
     /// missing. The pool connects lazily, so a database that is down at start-up is reported
@@ -175,6 +253,14 @@ impl Db {
             sqlx::query_scalar::<_, i64>(sql).fetch_all(pool).await?
         });
         Ok(versions)
+    }
+
+    /// Opens a transaction; pass `&mut tx` to the write functions, then [`Tx::commit`].
+    pub async fn begin(&self) -> Result<Tx, StoreError> {
+        Ok(match self {
+            Db::Sqlite(pool) => Tx::Sqlite(pool.begin().await?),
+            Db::Postgres(pool) => Tx::Postgres(pool.begin().await?),
+        })
     }
 
     /// One round trip to the database, for `/readyz`.

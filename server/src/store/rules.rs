@@ -3,7 +3,7 @@
 use app::rules::{FailureMode, MatchKind, RuleBody, Scope};
 use serde::Serialize;
 
-use super::{conflict_as, now_ms, with_pool, Db, StoreError};
+use super::{conflict_as, now_ms, with_exec, with_pool, Db, Exec, StoreError};
 
 /// A stored rule.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -99,7 +99,11 @@ fn to_i64(v: u64) -> i64 {
 }
 
 /// Stores a new (already validated) rule. A duplicate name in the tenant is a conflict.
-pub async fn insert(db: &Db, tenant_id: &str, body: &RuleBody) -> Result<Rule, StoreError> {
+pub async fn insert(
+    exec: impl Into<Exec<'_>>,
+    tenant_id: &str,
+    body: &RuleBody,
+) -> Result<Rule, StoreError> {
     let now = now_ms();
     let rule = Rule {
         id: uuid::Uuid::new_v4().to_string(),
@@ -111,14 +115,14 @@ pub async fn insert(db: &Db, tenant_id: &str, body: &RuleBody) -> Result<Rule, S
     let sql = format!(
         "INSERT INTO rules ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"
     );
-    with_pool!(db, pool => {
+    with_exec!(exec.into(), conn => {
         sqlx::query(&sql)
             .bind(&rule.id).bind(tenant_id).bind(&body.name).bind(body.match_kind.as_str())
             .bind(&body.route).bind(body.scope.as_str()).bind(body.algorithm.as_str())
             .bind(to_i64(body.limit)).bind(to_i64(body.period_ms)).bind(body.burst.map(to_i64))
             .bind(body.penalty).bind(body.failure_mode.as_str()).bind(body.shadow).bind(body.enabled)
             .bind(now).bind(now)
-            .execute(pool)
+            .execute(conn)
             .await
             .map_err(conflict_as("a rule with this name"))?;
     });
@@ -127,7 +131,7 @@ pub async fn insert(db: &Db, tenant_id: &str, body: &RuleBody) -> Result<Rule, S
 
 /// Replaces a rule; `None` when the tenant has no such rule.
 pub async fn update(
-    db: &Db,
+    exec: impl Into<Exec<'_>>,
     tenant_id: &str,
     id: &str,
     body: &RuleBody,
@@ -136,13 +140,14 @@ pub async fn update(
     let sql = "UPDATE rules SET name = $1, match_kind = $2, route = $3, scope = $4, algorithm = $5, \
                limit_count = $6, period_ms = $7, burst = $8, penalty = $9, failure_mode = $10, shadow = $11, \
                enabled = $12, updated_at = $13 WHERE id = $14 AND tenant_id = $15";
-    let affected = with_pool!(db, pool => {
+    let mut exec = exec.into();
+    let affected = with_exec!(exec.reborrow(), conn => {
         sqlx::query(sql)
             .bind(&body.name).bind(body.match_kind.as_str()).bind(&body.route).bind(body.scope.as_str())
             .bind(body.algorithm.as_str()).bind(to_i64(body.limit)).bind(to_i64(body.period_ms))
             .bind(body.burst.map(to_i64)).bind(body.penalty).bind(body.failure_mode.as_str())
             .bind(body.shadow).bind(body.enabled).bind(now).bind(id).bind(tenant_id)
-            .execute(pool)
+            .execute(conn)
             .await
             .map_err(conflict_as("a rule with this name"))?
             .rows_affected()
@@ -150,21 +155,29 @@ pub async fn update(
     if affected == 0 {
         return Ok(None);
     }
-    get(db, tenant_id, id).await
+    get(exec, tenant_id, id).await
 }
 
-pub async fn delete(db: &Db, tenant_id: &str, id: &str) -> Result<bool, StoreError> {
+pub async fn delete(
+    exec: impl Into<Exec<'_>>,
+    tenant_id: &str,
+    id: &str,
+) -> Result<bool, StoreError> {
     let sql = "DELETE FROM rules WHERE id = $1 AND tenant_id = $2";
-    let affected = with_pool!(db, pool => {
-        sqlx::query(sql).bind(id).bind(tenant_id).execute(pool).await?.rows_affected()
+    let affected = with_exec!(exec.into(), conn => {
+        sqlx::query(sql).bind(id).bind(tenant_id).execute(conn).await?.rows_affected()
     });
     Ok(affected == 1)
 }
 
-pub async fn get(db: &Db, tenant_id: &str, id: &str) -> Result<Option<Rule>, StoreError> {
+pub async fn get(
+    exec: impl Into<Exec<'_>>,
+    tenant_id: &str,
+    id: &str,
+) -> Result<Option<Rule>, StoreError> {
     let sql = format!("SELECT {COLUMNS} FROM rules WHERE id = $1 AND tenant_id = $2");
-    let row = with_pool!(db, pool => {
-        sqlx::query_as::<_, Row>(&sql).bind(id).bind(tenant_id).fetch_optional(pool).await?
+    let row = with_exec!(exec.into(), conn => {
+        sqlx::query_as::<_, Row>(&sql).bind(id).bind(tenant_id).fetch_optional(conn).await?
     });
     row.map(Rule::try_from).transpose()
 }

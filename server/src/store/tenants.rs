@@ -2,14 +2,17 @@
 
 use serde::Serialize;
 
-use super::{conflict_as, now_ms, with_pool, Db, StoreError};
+use app::tenants::TenantStatus;
+
+use super::{conflict_as, now_ms, with_exec, with_pool, Db, Exec, StoreError};
 
 /// A tenant as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
 pub struct Tenant {
     pub id: String,
     pub name: String,
-    pub status: String,
+    #[sqlx(try_from = "String")]
+    pub status: TenantStatus,
     pub created_at: i64,
     pub updated_at: i64,
 }
@@ -17,25 +20,25 @@ pub struct Tenant {
 const COLUMNS: &str = "id, name, status, created_at, updated_at";
 
 /// Inserts a new active tenant. A duplicate name is a [`StoreError::Conflict`].
-pub async fn insert(db: &Db, name: &str) -> Result<Tenant, StoreError> {
+pub async fn insert(exec: impl Into<Exec<'_>>, name: &str) -> Result<Tenant, StoreError> {
     let now = now_ms();
     let tenant = Tenant {
         id: uuid::Uuid::new_v4().to_string(),
         name: name.to_owned(),
-        status: "active".to_owned(),
+        status: TenantStatus::Active,
         created_at: now,
         updated_at: now,
     };
     let sql = "INSERT INTO tenants (id, name, status, created_at, updated_at) \
                VALUES ($1, $2, $3, $4, $5)";
-    with_pool!(db, pool => {
+    with_exec!(exec.into(), conn => {
         sqlx::query(sql)
             .bind(&tenant.id)
             .bind(&tenant.name)
-            .bind(&tenant.status)
+            .bind(tenant.status.as_str())
             .bind(tenant.created_at)
             .bind(tenant.updated_at)
-            .execute(pool)
+            .execute(conn)
             .await
             .map_err(conflict_as("a tenant with this name"))?;
     });
@@ -59,15 +62,19 @@ pub async fn list(db: &Db) -> Result<Vec<Tenant>, StoreError> {
     Ok(tenants)
 }
 
-/// Sets the status (`active` or `suspended`); returns false when there is no such tenant.
-pub async fn set_status(db: &Db, id: &str, status: &str) -> Result<bool, StoreError> {
+/// Sets the status; returns false when there is no such tenant.
+pub async fn set_status(
+    exec: impl Into<Exec<'_>>,
+    id: &str,
+    status: TenantStatus,
+) -> Result<bool, StoreError> {
     let sql = "UPDATE tenants SET status = $1, updated_at = $2 WHERE id = $3";
-    let affected = with_pool!(db, pool => {
+    let affected = with_exec!(exec.into(), conn => {
         sqlx::query(sql)
-            .bind(status)
+            .bind(status.as_str())
             .bind(now_ms())
             .bind(id)
-            .execute(pool)
+            .execute(conn)
             .await?
             .rows_affected()
     });

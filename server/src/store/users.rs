@@ -3,7 +3,9 @@
 
 use serde::Serialize;
 
-use super::{conflict_as, now_ms, with_pool, Db, StoreError};
+use app::auth::Role;
+
+use super::{conflict_as, now_ms, with_exec, with_pool, Db, Exec, StoreError};
 
 /// A console user.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
@@ -12,8 +14,8 @@ pub struct User {
     pub email: String,
     #[serde(skip)]
     pub password_hash: String,
-    /// `operator` or `tenant_admin`.
-    pub role: String,
+    #[sqlx(try_from = "String")]
+    pub role: Role,
     /// The tenant of a tenant admin; `None` for operators.
     pub tenant_id: Option<String>,
     pub created_at: i64,
@@ -23,30 +25,30 @@ const COLUMNS: &str = "id, email, password_hash, role, tenant_id, created_at";
 
 /// Stores a user. Emails are unique (compared in lower case).
 pub async fn insert(
-    db: &Db,
+    exec: impl Into<Exec<'_>>,
     email: &str,
     password_hash: &str,
-    role: &str,
+    role: Role,
     tenant_id: Option<&str>,
 ) -> Result<User, StoreError> {
     let user = User {
         id: uuid::Uuid::new_v4().to_string(),
         email: email.trim().to_lowercase(),
         password_hash: password_hash.to_owned(),
-        role: role.to_owned(),
+        role,
         tenant_id: tenant_id.map(str::to_owned),
         created_at: now_ms(),
     };
     let sql = format!("INSERT INTO users ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6)");
-    with_pool!(db, pool => {
+    with_exec!(exec.into(), conn => {
         sqlx::query(&sql)
             .bind(&user.id)
             .bind(&user.email)
             .bind(&user.password_hash)
-            .bind(&user.role)
+            .bind(user.role.as_str())
             .bind(&user.tenant_id)
             .bind(user.created_at)
-            .execute(pool)
+            .execute(conn)
             .await
             .map_err(conflict_as("a user with this email"))?;
     });

@@ -184,8 +184,8 @@ async fn a_tenant_admin_can_neither_see_nor_change_another_tenants_anything() {
     }
     // B's rule and key are untouched.
     let rules = ok(&app, &beta, "rules/list", json!({ "tenant": b })).await;
-    assert_eq!(rules[0]["body"]["name"], "beta-rule");
-    assert_eq!(rules[0]["body"]["limit"], 5);
+    assert_eq!(rules[0]["name"], "beta-rule");
+    assert_eq!(rules[0]["limit"], 5);
     let keys = ok(&app, &beta, "keys/list", json!({ "tenant": b })).await;
     assert_eq!(
         (keys.as_array().unwrap().len(), &keys[0]["revoked_at"]),

@@ -83,7 +83,7 @@ async fn sign_in_sets_a_strict_http_only_session_that_sign_out_ends() {
         .unwrap();
     assert_eq!(stored.len(), 1);
     assert_ne!(stored[0], id);
-    assert_eq!(stored[0], sluice::auth::sha256_hex(&id));
+    assert_eq!(stored[0], app::keys::sha256_hex(&id));
 
     assert_eq!(
         call(&app, &client, "me", &[]).await.2["email"],

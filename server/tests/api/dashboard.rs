@@ -11,8 +11,8 @@ use serde_json::{json, Value};
 use sluice::config::{Config, LimiterTarget};
 use sluice::dashboard::series::SeriesStore;
 use sluice::dashboard::view::{Frame, Scope};
-use sluice::dashboard::Outcome;
 use sluice::limiter::{keys, CheckRequest, Limiter, RedisOptions, RuleCheck};
+use sluice::telemetry::Outcome;
 
 use crate::console_admin::signed_in;
 use crate::helpers::{embedded_with_operator, rule, setup_tenant, spawn_app, TestApp};
@@ -493,9 +493,13 @@ async fn the_live_stream_pushes_a_frame_every_second_to_those_allowed() {
     assert_eq!(app.metric("sluice_active_keys ").await, 1.0);
 
     // A tenant admin sees their own tenant, not the fleet and not another tenant.
-    let admin_password = sluice::cli::create_user(&app.db, "ta@example.com", Some(&t.id))
-        .await
-        .unwrap();
+    let admin_password = sluice::cli::create_user(
+        &sluice::admin::AdminService::offline(app.db.clone()),
+        "ta@example.com",
+        Some(&t.id),
+    )
+    .await
+    .unwrap();
     let other = setup_tenant(&app, &op, &[]).await;
     let admin = signed_in(&app, "ta@example.com", &admin_password).await;
     let status = |path: String| {

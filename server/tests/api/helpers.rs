@@ -73,9 +73,12 @@ impl TestApp {
 
     /// A new operator key, made as `sluice key create --operator` makes it.
     pub async fn operator_key(&self) -> String {
-        sluice::cli::create_operator_key(&self.db, "tests")
-            .await
-            .unwrap()
+        sluice::cli::create_operator_key(
+            &sluice::admin::AdminService::offline(self.db.clone()),
+            "tests",
+        )
+        .await
+        .unwrap()
     }
 
     /// The value of a metric line that starts with `prefix` (0 when absent).
@@ -160,7 +163,7 @@ pub fn new_key(kind: KeyKind) -> (String, String, String) {
     let mut random = [0_u8; 32];
     rand::rngs::OsRng.fill_bytes(&mut random);
     let key = format_key(kind, &random);
-    let hash = sluice::auth::sha256_hex(&key);
+    let hash = app::keys::sha256_hex(&key);
     let prefix = display_prefix(&key);
     (key, hash, prefix)
 }

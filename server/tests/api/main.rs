@@ -12,6 +12,7 @@ mod helpers;
 mod loadgen;
 mod services;
 
+mod admin_service;
 mod check_api;
 mod console_admin;
 mod console_auth;

@@ -1,8 +1,12 @@
 //! The store suite: every test runs on SQLite and on PostgreSQL.
 
 use app::audit::AuditFilter;
+use app::auth::Role;
 use app::keys::KeyKind;
 use app::rules::{Algorithm, FailureMode, MatchKind, RuleBody, Scope};
+use app::tenants::TenantStatus;
+use sluice::admin::keys::{KeyBody, RotateBody};
+use sluice::admin::{Actor, AdminService};
 use sluice::store::keys::NewKey;
 use sluice::store::{audit, keys, rules, tenants, users, Db, StoreError};
 
@@ -61,7 +65,132 @@ on_both_databases!(
     audit_events_list_newest_first_per_tenant,
     users_are_unique_by_email_and_tied_to_their_role,
     sessions_round_trip_expire_and_are_deleted,
+    a_change_whose_audit_event_fails_is_rolled_back,
+    a_rotation_whose_audit_event_fails_changes_no_key,
 );
+
+/// Runs one statement of the test's own on either database.
+async fn execute(db: &Db, sql: &str) {
+    match db {
+        Db::Sqlite(pool) => {
+            sqlx::query(sql).execute(pool).await.unwrap();
+        }
+        Db::Postgres(pool) => {
+            sqlx::query(sql).execute(pool).await.unwrap();
+        }
+    }
+}
+
+/// Makes every audit insert fail: the table is renamed away.
+async fn without_audit_table(db: &Db) {
+    execute(db, "ALTER TABLE audit_events RENAME TO audit_events_away").await;
+}
+
+async fn with_audit_table(db: &Db) {
+    execute(db, "ALTER TABLE audit_events_away RENAME TO audit_events").await;
+}
+
+/// A rule created, updated or deleted while its audit event cannot be written leaves no
+/// trace: the change and its event are one transaction.
+async fn a_change_whose_audit_event_fails_is_rolled_back(db: &Db) {
+    let body = |name: &str| RuleBody {
+        period_ms: 1_000,
+        ..body(name)
+    };
+    let admin = AdminService::offline(db.clone());
+    let tenant = admin.create_tenant(&Actor::Cli, "acme").await.unwrap();
+    let kept = admin
+        .create_rule(&Actor::Cli, &tenant.id, &body("kept"))
+        .await
+        .unwrap();
+
+    without_audit_table(db).await;
+    let created = admin
+        .create_rule(&Actor::Cli, &tenant.id, &body("lost"))
+        .await;
+    let mut changed = body("kept");
+    changed.limit = 99;
+    let updated = admin
+        .update_rule(&Actor::Cli, &tenant.id, &kept.id, &changed)
+        .await;
+    let deleted = admin.delete_rule(&Actor::Cli, &tenant.id, &kept.id).await;
+    let suspended = admin
+        .set_tenant_active(&Actor::Cli, &tenant.id, false)
+        .await;
+    with_audit_table(db).await;
+
+    assert!(created.is_err() && updated.is_err() && deleted.is_err() && suspended.is_err());
+    let stored = rules::list(db, &tenant.id).await.unwrap();
+    assert_eq!(stored.len(), 1, "only the rule created before: {stored:?}");
+    assert_eq!(
+        stored[0].body, kept.body,
+        "the failed update changed nothing"
+    );
+    assert_eq!(
+        tenants::get(db, &tenant.id).await.unwrap().unwrap().status,
+        TenantStatus::Active
+    );
+    // With the audit table back, the same change goes through with its event.
+    admin
+        .create_rule(&Actor::Cli, &tenant.id, &body("lost"))
+        .await
+        .unwrap();
+    let events = audit::list(db, Some(&tenant.id), &AuditFilter::default(), 100)
+        .await
+        .unwrap();
+    assert_eq!(
+        events.iter().filter(|e| e.action == "rule.create").count(),
+        2
+    );
+}
+
+/// A rotation writes a new key and the old key's expiry; with its audit event failing,
+/// neither happens.
+async fn a_rotation_whose_audit_event_fails_changes_no_key(db: &Db) {
+    let admin = AdminService::offline(db.clone());
+    let tenant = admin.create_tenant(&Actor::Cli, "acme").await.unwrap();
+    let key = admin
+        .create_key(
+            &Actor::Cli,
+            &tenant.id,
+            &KeyBody {
+                kind: KeyKind::Check,
+                name: "svc".into(),
+                hash: hash(1),
+                prefix: "sl_chk_01010".into(),
+            },
+        )
+        .await
+        .unwrap();
+    let rotation = RotateBody {
+        hash: hash(2),
+        prefix: "sl_chk_02020".into(),
+        grace_seconds: 60,
+    };
+
+    without_audit_table(db).await;
+    let rotated = admin
+        .rotate_key(&Actor::Cli, &tenant.id, &key.id, &rotation)
+        .await;
+    let revoked = admin.revoke_key(&Actor::Cli, &tenant.id, &key.id).await;
+    with_audit_table(db).await;
+
+    assert!(rotated.is_err() && revoked.is_err());
+    let old = keys::get(db, &key.id).await.unwrap().unwrap();
+    assert_eq!(
+        (old.expires_at, old.replaced_by, old.revoked_at),
+        (None, None, None)
+    );
+    assert!(keys::find_by_hash(db, &hash(2)).await.unwrap().is_none());
+    let rotated = admin
+        .rotate_key(&Actor::Cli, &tenant.id, &key.id, &rotation)
+        .await
+        .unwrap();
+    assert_eq!(
+        keys::get(db, &key.id).await.unwrap().unwrap().replaced_by,
+        Some(rotated.id)
+    );
+}
 
 fn body(name: &str) -> RuleBody {
     RuleBody {
@@ -106,7 +235,7 @@ async fn migrations_are_applied_once_and_recorded(db: &Db) {
 
 async fn a_tenant_round_trips(db: &Db) {
     let created = tenants::insert(db, "acme").await.unwrap();
-    assert_eq!(created.status, "active");
+    assert_eq!(created.status, TenantStatus::Active);
     let read = tenants::get(db, &created.id).await.unwrap().unwrap();
     assert_eq!(read, created);
     tenants::insert(db, "beta").await.unwrap();
@@ -130,13 +259,13 @@ async fn tenant_names_are_unique(db: &Db) {
 
 async fn status_changes_are_stored(db: &Db) {
     let tenant = tenants::insert(db, "acme").await.unwrap();
-    assert!(tenants::set_status(db, &tenant.id, "suspended")
+    assert!(tenants::set_status(db, &tenant.id, TenantStatus::Suspended)
         .await
         .unwrap());
     let read = tenants::get(db, &tenant.id).await.unwrap().unwrap();
-    assert_eq!(read.status, "suspended");
+    assert_eq!(read.status, TenantStatus::Suspended);
     assert!(read.updated_at >= tenant.updated_at);
-    assert!(!tenants::set_status(db, "no-such-id", "active")
+    assert!(!tenants::set_status(db, "no-such-id", TenantStatus::Active)
         .await
         .unwrap());
 }
@@ -144,12 +273,23 @@ async fn status_changes_are_stored(db: &Db) {
 async fn check_constraints_reject_bad_rows(db: &Db) {
     let tenant = tenants::insert(db, "acme").await.unwrap();
     // An unknown status violates the CHECK constraint in both dialects.
-    assert!(tenants::set_status(db, &tenant.id, "deleted")
-        .await
-        .is_err());
+    let sql = "UPDATE tenants SET status = 'deleted' WHERE id = $1";
+    let refused = match db {
+        Db::Sqlite(pool) => sqlx::query(sql)
+            .bind(&tenant.id)
+            .execute(pool)
+            .await
+            .is_err(),
+        Db::Postgres(pool) => sqlx::query(sql)
+            .bind(&tenant.id)
+            .execute(pool)
+            .await
+            .is_err(),
+    };
+    assert!(refused);
     assert_eq!(
         tenants::get(db, &tenant.id).await.unwrap().unwrap().status,
-        "active"
+        TenantStatus::Active
     );
 }
 
@@ -165,18 +305,25 @@ async fn keys_are_found_by_hash_and_rotate_in_one_transaction(db: &Db) {
     assert!(matches!(duplicate, StoreError::Conflict(_)));
 
     let grace_until = sluice::store::now_ms() + 5_000;
-    let rotated = keys::rotate(db, &key.id, &check_key(&tenant.id, &h2), grace_until)
+    let mut tx = db.begin().await.unwrap();
+    let rotated = keys::rotate(&mut tx, &key.id, &check_key(&tenant.id, &h2), grace_until)
         .await
         .unwrap();
+    tx.commit().await.unwrap();
     let old = keys::get(db, &key.id).await.unwrap().unwrap();
     assert_eq!(old.expires_at, Some(grace_until));
     assert_eq!(old.replaced_by.as_deref(), Some(rotated.id.as_str()));
     // A failed rotation (its new hash already exists) changes nothing.
-    assert!(
-        keys::rotate(db, &rotated.id, &check_key(&tenant.id, &h1), grace_until)
-            .await
-            .is_err()
-    );
+    let mut tx = db.begin().await.unwrap();
+    assert!(keys::rotate(
+        &mut tx,
+        &rotated.id,
+        &check_key(&tenant.id, &h1),
+        grace_until
+    )
+    .await
+    .is_err());
+    drop(tx);
     assert_eq!(
         keys::get(db, &rotated.id)
             .await
@@ -332,7 +479,7 @@ async fn users_are_unique_by_email_and_tied_to_their_role(db: &Db) {
         db,
         " Ada@Example.com ",
         "$argon2id$x",
-        "tenant_admin",
+        Role::TenantAdmin,
         Some(&tenant.id),
     )
     .await
@@ -345,22 +492,22 @@ async fn users_are_unique_by_email_and_tied_to_their_role(db: &Db) {
             .unwrap(),
         admin
     );
-    let duplicate = users::insert(db, "ada@example.com", "h", "operator", None)
+    let duplicate = users::insert(db, "ada@example.com", "h", Role::Operator, None)
         .await
         .unwrap_err();
     assert!(matches!(duplicate, StoreError::Conflict(_)));
     // The schema ties roles to tenants: an operator has none, a tenant admin has one.
     assert!(
-        users::insert(db, "op@example.com", "h", "operator", Some(&tenant.id))
+        users::insert(db, "op@example.com", "h", Role::Operator, Some(&tenant.id))
             .await
             .is_err()
     );
     assert!(
-        users::insert(db, "ta@example.com", "h", "tenant_admin", None)
+        users::insert(db, "ta@example.com", "h", Role::TenantAdmin, None)
             .await
             .is_err()
     );
-    users::insert(db, "op@example.com", "h", "operator", None)
+    users::insert(db, "op@example.com", "h", Role::Operator, None)
         .await
         .unwrap();
     assert_eq!(users::list(db).await.unwrap().len(), 2);

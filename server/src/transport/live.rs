@@ -1,7 +1,9 @@
 //! `GET /live/dashboard?tenant=<id>&range=5m|1h|24h`: server-sent events, one `frame` event
 //! (the dashboard's HTML) at once and then one after every second the view reads. It needs a
 //! console session. Operators may leave `tenant` out to see the fleet; a tenant admin sees
-//! only their own tenant.
+//! only their own tenant. Who may watch what is the admin service's decision
+//! ([`crate::admin::AdminService::authorize_dashboard`]), asked again every
+//! [`RECHECK_EVERY`] frames with the user read afresh from the store.
 
 use std::convert::Infallible;
 
@@ -16,9 +18,9 @@ use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;
 use tower_sessions::Session;
 
-use super::view::Scope;
-use super::Dashboard;
-use crate::store::Db;
+use super::console::dashboard_scope;
+use super::state::AppState;
+use crate::dashboard::view::Scope;
 
 #[derive(Debug, Deserialize)]
 pub struct LiveQuery {
@@ -42,8 +44,7 @@ fn refuse(e: &AppError) -> Response {
 
 /// The stream of frames.
 pub async fn handler(
-    State(dashboard): State<Dashboard>,
-    State(db): State<Db>,
+    State(state): State<AppState>,
     session: Session,
     Query(query): Query<LiveQuery>,
 ) -> Response {
@@ -59,11 +60,11 @@ pub async fn handler(
         },
     };
     let tenant = query.tenant.filter(|t| !t.is_empty());
-    let scope = match crate::console::dashboard_scope(&db, &session, tenant.as_deref()).await {
+    let scope = match dashboard_scope(&state.db, &state.admin, &session, tenant.as_deref()).await {
         Ok(scope) => scope,
         Err(e) => return refuse(&e),
     };
-    Sse::new(frames(dashboard, db, session, tenant, scope, range))
+    Sse::new(frames(state, session, tenant, scope, range))
         .keep_alive(KeepAlive::default())
         .into_response()
 }
@@ -71,7 +72,7 @@ pub async fn handler(
 /// How often (in frames) an open stream checks again that its session may still see it.
 const RECHECK_EVERY: u32 = 30;
 
-fn frame_event(dashboard: &Dashboard, scope: &Scope, range: Range) -> Event {
+fn frame_event(dashboard: &crate::dashboard::Dashboard, scope: &Scope, range: Range) -> Event {
     Event::default()
         .event("frame")
         .id(dashboard.view_latest().to_string())
@@ -80,8 +81,7 @@ fn frame_event(dashboard: &Dashboard, scope: &Scope, range: Range) -> Event {
 
 /// What a stream needs between frames.
 struct Stream {
-    dashboard: Dashboard,
-    db: Db,
+    state: AppState,
     session: Session,
     tenant: Option<String>,
     scope: Scope,
@@ -92,18 +92,16 @@ struct Stream {
 }
 
 fn frames(
-    dashboard: Dashboard,
-    db: Db,
+    state: AppState,
     session: Session,
     tenant: Option<String>,
     scope: Scope,
     range: Range,
 ) -> impl futures::Stream<Item = Result<Event, Infallible>> {
     let state = Stream {
-        ticks: dashboard.subscribe(),
-        stopping: dashboard.stopping(),
-        dashboard,
-        db,
+        ticks: state.dashboard.subscribe(),
+        stopping: state.dashboard.stopping(),
+        state,
         session,
         tenant,
         scope,
@@ -125,14 +123,14 @@ fn frames(
             // Signed out, suspended or no longer an admin of the tenant: the stream ends
             // (the browser reconnects and is refused).
             if s.sent % RECHECK_EVERY == 0
-                && crate::console::dashboard_scope(&s.db, &s.session, s.tenant.as_deref())
+                && dashboard_scope(&s.state.db, &s.state.admin, &s.session, s.tenant.as_deref())
                     .await
                     .is_err()
             {
                 return None;
             }
         }
-        let event = frame_event(&s.dashboard, &s.scope, s.range);
+        let event = frame_event(&s.state.dashboard, &s.scope, s.range);
         s.sent += 1;
         Some((Ok(event), s))
     })

@@ -2,17 +2,14 @@
 //! subjects or keys.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use axum::extract::{MatchedPath, Request, State};
-use axum::http::header::CONTENT_TYPE;
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts,
     Registry, TextEncoder,
 };
 
-use crate::dashboard::{Outcome, Recorder};
+use super::recorder::{Outcome, Recorder};
 
 /// Every metric of one server instance, registered in its own registry (so tests that run
 /// several instances in one process do not collide).
@@ -169,6 +166,28 @@ impl Metrics {
         self.live.decision(tenant, policy, outcome);
     }
 
+    /// Times one limiter call (`slot`: the Cluster slot of its keys, for per-shard latency).
+    pub fn limiter_call(&self, slot: Option<u16>, elapsed: Duration) {
+        self.limiter_seconds.observe(elapsed.as_secs_f64());
+        self.live.limiter(slot, elapsed);
+    }
+
+    /// Times one whole check, as its transport saw it.
+    pub fn check_done(&self, elapsed: Duration) {
+        self.decision_seconds.observe(elapsed.as_secs_f64());
+        self.live.check(elapsed);
+    }
+
+    /// Counts one HTTP request by its route template.
+    pub fn http_request(&self, method: &str, route: &str, status: &str, elapsed: Duration) {
+        self.http_duration
+            .with_label_values(&[method, route])
+            .observe(elapsed.as_secs_f64());
+        self.http_requests
+            .with_label_values(&[method, route, status])
+            .inc();
+    }
+
     /// Counts one cache lookup.
     pub fn cache(&self, cache: &'static str, result: &'static str) {
         self.cache_lookups.with_label_values(&[cache, result]).inc();
@@ -183,32 +202,4 @@ impl Metrics {
             .expect("encoding into a Vec cannot fail");
         String::from_utf8(buf).unwrap_or_default()
     }
-}
-
-/// `GET /metrics`.
-pub async fn handler(State(metrics): State<Metrics>) -> impl IntoResponse {
-    (
-        [(CONTENT_TYPE, "text/plain; version=0.0.4")],
-        metrics.render(),
-    )
-}
-
-/// Counts and times every request by its route template.
-pub async fn track(State(metrics): State<Metrics>, request: Request, next: Next) -> Response {
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
-    let method = request.method().as_str().to_owned();
-    let started = std::time::Instant::now();
-    let response = next.run(request).await;
-    metrics
-        .http_duration
-        .with_label_values(&[method.as_str(), route.as_str()])
-        .observe(started.elapsed().as_secs_f64());
-    metrics
-        .http_requests
-        .with_label_values(&[method.as_str(), route.as_str(), response.status().as_str()])
-        .inc();
-    response
 }

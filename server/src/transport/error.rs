@@ -6,6 +6,8 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
+use crate::admin::ServiceError;
+use crate::decide::DecideError;
 use crate::limiter::LimiterError;
 use crate::store::StoreError;
 
@@ -121,9 +123,21 @@ impl IntoResponse for ApiError {
     }
 }
 
-impl From<crate::service::ServiceError> for ApiError {
-    fn from(e: crate::service::ServiceError) -> Self {
-        use crate::service::ServiceError;
+impl From<DecideError> for ApiError {
+    fn from(e: DecideError) -> Self {
+        match e {
+            DecideError::Unauthorized => ApiError::Unauthorized,
+            DecideError::Forbidden(m) => ApiError::Forbidden(m),
+            DecideError::Input(e) => ApiError::BadRequest(e.message),
+            DecideError::Undecided(m) => ApiError::Undecided(m),
+            DecideError::Store(e) => ApiError::Store(e),
+            DecideError::Limiter(e) => ApiError::Limiter(e),
+        }
+    }
+}
+
+impl From<ServiceError> for ApiError {
+    fn from(e: ServiceError) -> Self {
         match e {
             ServiceError::NotFound(_) => ApiError::NotFound,
             ServiceError::Forbidden(m) => ApiError::Forbidden(m),

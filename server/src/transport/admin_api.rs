@@ -1,5 +1,7 @@
-//! `/v1/admin/*`: the admin REST API. Handlers authenticate the admin or operator key, then
-//! call [`AdminService`], which authorises, changes, audits and announces.
+//! `/v1/admin/*`: the admin REST API. Handlers find the admin or operator key and turn it into
+//! an [`Actor`], then call the admin service ([`crate::admin`]), which decides every
+//! authorisation (tenant access, suspension, role), changes, audits and announces. The JSON
+//! they send is the service's DTOs, the same the console gets.
 
 use app::audit::AuditFilter;
 use app::keys::KeyKind;
@@ -14,9 +16,11 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 
-use crate::error::{ApiError, AppJson};
-use crate::service::{Actor, AdminService, KeyBody, RotateBody};
-use crate::startup::AppState;
+use super::credentials::presented_key;
+use super::error::{ApiError, AppJson};
+use super::state::AppState;
+use crate::admin::keys::{KeyBody, RotateBody};
+use crate::admin::Actor;
 
 /// The admin routes.
 pub fn routes() -> Router<AppState> {
@@ -59,16 +63,11 @@ impl FromRequestParts<AppState> for Acting {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let key = state.auth.key(&parts.headers).await?;
+        let key = state.identities.key(presented_key(&parts.headers)).await?;
         let label = format!("key:{}", key.prefix);
         match (key.kind, key.tenant_id) {
             (Some(KeyKind::Operator), _) => Ok(Acting(Actor::Operator { label })),
             (Some(KeyKind::Admin), Some(tenant_id)) => {
-                if !state.auth.tenant(&tenant_id).await?.is_active() {
-                    return Err(ApiError::Forbidden(
-                        "this tenant is suspended; its keys cannot be used".into(),
-                    ));
-                }
                 Ok(Acting(Actor::TenantAdmin { tenant_id, label }))
             }
             (Some(KeyKind::Check), _) => Err(ApiError::Forbidden(
@@ -86,140 +85,149 @@ struct TenantBody {
 }
 
 async fn list_tenants(
-    State(svc): State<AdminService>,
+    State(state): State<AppState>,
     Acting(actor): Acting,
 ) -> Result<impl IntoResponse, ApiError> {
-    Ok(Json(svc.list_tenants(&actor).await?))
+    Ok(Json(state.admin.list_tenants(&actor).await?))
 }
 
 async fn create_tenant(
-    State(svc): State<AdminService>,
+    State(state): State<AppState>,
     Acting(actor): Acting,
     AppJson(body): AppJson<TenantBody>,
 ) -> Result<impl IntoResponse, ApiError> {
     Ok((
         StatusCode::CREATED,
-        Json(svc.create_tenant(&actor, &body.name).await?),
+        Json(state.admin.create_tenant(&actor, &body.name).await?),
     ))
 }
 
 async fn get_tenant(
-    State(svc): State<AdminService>,
+    State(state): State<AppState>,
     Acting(actor): Acting,
     Path(tenant): Path<String>,
 ) -> Result<impl IntoResponse, ApiError> {
-    Ok(Json(svc.get_tenant(&actor, &tenant).await?))
+    Ok(Json(state.admin.get_tenant(&actor, &tenant).await?))
 }
 
 async fn suspend(
-    State(svc): State<AdminService>,
+    State(state): State<AppState>,
     Acting(actor): Acting,
     Path(tenant): Path<String>,
 ) -> Result<impl IntoResponse, ApiError> {
-    Ok(Json(svc.set_tenant_active(&actor, &tenant, false).await?))
+    Ok(Json(
+        state
+            .admin
+            .set_tenant_active(&actor, &tenant, false)
+            .await?,
+    ))
 }
 
 async fn resume(
-    State(svc): State<AdminService>,
+    State(state): State<AppState>,
     Acting(actor): Acting,
     Path(tenant): Path<String>,
 ) -> Result<impl IntoResponse, ApiError> {
-    Ok(Json(svc.set_tenant_active(&actor, &tenant, true).await?))
+    Ok(Json(
+        state.admin.set_tenant_active(&actor, &tenant, true).await?,
+    ))
 }
 
 async fn list_rules(
-    State(svc): State<AdminService>,
+    State(state): State<AppState>,
     Acting(actor): Acting,
     Path(tenant): Path<String>,
 ) -> Result<impl IntoResponse, ApiError> {
-    Ok(Json(svc.list_rules(&actor, &tenant).await?))
+    Ok(Json(state.admin.list_rules(&actor, &tenant).await?))
 }
 
 async fn create_rule(
-    State(svc): State<AdminService>,
+    State(state): State<AppState>,
     Acting(actor): Acting,
     Path(tenant): Path<String>,
     AppJson(body): AppJson<RuleBody>,
 ) -> Result<impl IntoResponse, ApiError> {
     Ok((
         StatusCode::CREATED,
-        Json(svc.create_rule(&actor, &tenant, &body).await?),
+        Json(state.admin.create_rule(&actor, &tenant, &body).await?),
     ))
 }
 
 async fn get_rule(
-    State(svc): State<AdminService>,
+    State(state): State<AppState>,
     Acting(actor): Acting,
     Path((tenant, id)): Path<(String, String)>,
 ) -> Result<impl IntoResponse, ApiError> {
-    Ok(Json(svc.get_rule(&actor, &tenant, &id).await?))
+    Ok(Json(state.admin.get_rule(&actor, &tenant, &id).await?))
 }
 
 async fn update_rule(
-    State(svc): State<AdminService>,
+    State(state): State<AppState>,
     Acting(actor): Acting,
     Path((tenant, id)): Path<(String, String)>,
     AppJson(body): AppJson<RuleBody>,
 ) -> Result<impl IntoResponse, ApiError> {
-    Ok(Json(svc.update_rule(&actor, &tenant, &id, &body).await?))
+    Ok(Json(
+        state.admin.update_rule(&actor, &tenant, &id, &body).await?,
+    ))
 }
 
 async fn delete_rule(
-    State(svc): State<AdminService>,
+    State(state): State<AppState>,
     Acting(actor): Acting,
     Path((tenant, id)): Path<(String, String)>,
 ) -> Result<impl IntoResponse, ApiError> {
-    svc.delete_rule(&actor, &tenant, &id).await?;
+    state.admin.delete_rule(&actor, &tenant, &id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 async fn list_keys(
-    State(svc): State<AdminService>,
+    State(state): State<AppState>,
     Acting(actor): Acting,
     Path(tenant): Path<String>,
 ) -> Result<impl IntoResponse, ApiError> {
-    Ok(Json(svc.list_keys(&actor, &tenant).await?))
+    Ok(Json(state.admin.list_keys(&actor, &tenant).await?))
 }
 
 async fn create_key(
-    State(svc): State<AdminService>,
+    State(state): State<AppState>,
     Acting(actor): Acting,
     Path(tenant): Path<String>,
     AppJson(body): AppJson<KeyBody>,
 ) -> Result<impl IntoResponse, ApiError> {
     Ok((
         StatusCode::CREATED,
-        Json(svc.create_key(&actor, &tenant, &body).await?),
+        Json(state.admin.create_key(&actor, &tenant, &body).await?),
     ))
 }
 
 async fn rotate_key(
-    State(svc): State<AdminService>,
+    State(state): State<AppState>,
     Acting(actor): Acting,
     Path((tenant, id)): Path<(String, String)>,
     AppJson(body): AppJson<RotateBody>,
 ) -> Result<impl IntoResponse, ApiError> {
     Ok((
         StatusCode::CREATED,
-        Json(svc.rotate_key(&actor, &tenant, &id, &body).await?),
+        Json(state.admin.rotate_key(&actor, &tenant, &id, &body).await?),
     ))
 }
 
 async fn revoke_key(
-    State(svc): State<AdminService>,
+    State(state): State<AppState>,
     Acting(actor): Acting,
     Path((tenant, id)): Path<(String, String)>,
 ) -> Result<impl IntoResponse, ApiError> {
-    Ok(Json(svc.revoke_key(&actor, &tenant, &id).await?))
+    Ok(Json(state.admin.revoke_key(&actor, &tenant, &id).await?))
 }
 
 async fn simulate(
-    State(svc): State<AdminService>,
+    State(state): State<AppState>,
     Acting(actor): Acting,
     Path(tenant): Path<String>,
     AppJson(input): AppJson<SimulateInput>,
 ) -> Result<impl IntoResponse, ApiError> {
-    Ok(Json(svc.simulate(&actor, &tenant, &input).await?))
+    Ok(Json(state.admin.simulate(&actor, &tenant, &input).await?))
 }
 
 /// The audit filter from the query string (`actor`, `action`, `since_ms`, `until_ms`).
@@ -232,22 +240,25 @@ fn audit_filter(
 }
 
 async fn tenant_audit(
-    State(svc): State<AdminService>,
+    State(state): State<AppState>,
     Acting(actor): Acting,
     Path(tenant): Path<String>,
     query: Result<Query<AuditFilter>, QueryRejection>,
 ) -> Result<impl IntoResponse, ApiError> {
     let filter = audit_filter(query)?;
     Ok(Json(
-        svc.audit_events(&actor, Some(&tenant), &filter).await?,
+        state
+            .admin
+            .audit_events(&actor, Some(&tenant), &filter)
+            .await?,
     ))
 }
 
 async fn platform_audit(
-    State(svc): State<AdminService>,
+    State(state): State<AppState>,
     Acting(actor): Acting,
     query: Result<Query<AuditFilter>, QueryRejection>,
 ) -> Result<impl IntoResponse, ApiError> {
     let filter = audit_filter(query)?;
-    Ok(Json(svc.audit_events(&actor, None, &filter).await?))
+    Ok(Json(state.admin.audit_events(&actor, None, &filter).await?))
 }

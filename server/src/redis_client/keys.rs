@@ -1,6 +1,8 @@
-//! Every Redis key the limiter uses is built here. All of a tenant's keys carry the hash tag
-//! `{<tenant>}`, so on a Redis Cluster they live in one slot and one script can touch them
-//! all atomically.
+//! Every Redis key and channel Sluice uses is built here: buckets (`sl`), idempotency records
+//! (`slr`), active-key HyperLogLogs (`slk`), the dashboards' fleet series (`sld`), and the
+//! channel of admin changes. All of a tenant's keys carry the hash tag `{<tenant>}`, so on a
+//! Redis Cluster they live in one slot and one script can touch them all atomically; the
+//! fleet's series share the tag `{fleet}` for the same reason.
 
 use sha2::{Digest, Sha256};
 
@@ -95,6 +97,27 @@ fn crc16_xmodem(data: &[u8]) -> u16 {
     }
     crc
 }
+
+/// The dashboards' sums of one second (Unix seconds) over the fleet: `sld:{fleet}:s:<second>`.
+pub fn fleet_second(second: i64) -> String {
+    format!("sld:{{fleet}}:s:{second}")
+}
+
+/// The dashboards' sums of one minute (Unix minutes): `sld:{fleet}:m:<minute>`.
+pub fn fleet_minute(minute: i64) -> String {
+    format!("sld:{{fleet}}:m:{minute}")
+}
+
+/// The sorted set of instances by last heartbeat.
+pub const ALIVE: &str = "sld:{fleet}:alive";
+
+/// One instance's last heartbeat: `sld:{fleet}:beat:<instance id>`.
+pub fn beat(instance: &str) -> String {
+    format!("sld:{{fleet}}:beat:{instance}")
+}
+
+/// The pub/sub channel of admin changes (Redis Cluster forwards it to every node).
+pub const CHANGES: &str = "sluice:changes";
 
 #[cfg(test)]
 mod tests {

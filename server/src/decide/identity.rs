@@ -1,35 +1,20 @@
-//! Who is calling: the API key from `X-API-Key` or `Authorization: Bearer`, hashed and looked
-//! up through the key cache; and the caller's tenant, through the tenant cache. On the steady
-//! path both are cache hits and no SQL runs. When the database is down, cached entries keep
-//! serving and only misses fail, with 503 rather than 401.
+//! Who is calling: a presented API key, hashed and looked up through the key cache; and the
+//! caller's tenant, compiled, through the tenant cache. On the steady path both are cache
+//! hits and no SQL runs. When the database is down, cached entries keep serving and only
+//! misses fail, with 503 rather than 401. Transports only find the key in their protocol
+//! (a header, gRPC metadata) and hand it here.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::http::HeaderMap;
+use app::keys::{sha256_hex, KeyKind};
 
-use crate::cache::{CachedKey, Caches, CompiledTenant, Lookup};
-use crate::error::ApiError;
-use crate::metrics::Metrics;
+use super::error::DecideError;
+use super::tenant::CompiledTenant;
+use crate::cache::{CachedKey, Caches, Lookup};
 use crate::store::{self, Db};
-
-/// The raw key of a request, if it sent one.
-pub fn presented_key(headers: &HeaderMap) -> Option<&str> {
-    if let Some(key) = headers.get("x-api-key").and_then(|v| v.to_str().ok()) {
-        return Some(key.trim());
-    }
-    let auth = headers
-        .get(axum::http::header::AUTHORIZATION)?
-        .to_str()
-        .ok()?;
-    let (scheme, token) = auth.split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-}
-
-/// Lower-case hex SHA-256, the form keys are stored in: the console computes the same
-/// function in the browser.
-pub use app::keys::sha256_hex;
+use crate::telemetry::Metrics;
 
 /// Key ids seen since the last flush; `last_used_at` is written in batches, off the check path.
 #[derive(Debug, Clone, Default)]
@@ -77,21 +62,22 @@ impl UsageRecorder {
     }
 }
 
-/// The key lookups of the check path and the admin API.
+/// The key and tenant lookups of the check path and the admin API.
 #[derive(Debug, Clone)]
-pub struct Authenticator {
+pub struct Identities {
     pub db: Db,
-    pub caches: Caches,
+    pub caches: Caches<CompiledTenant>,
     pub metrics: Metrics,
     pub usage: UsageRecorder,
 }
 
-impl Authenticator {
-    /// The live key the request presents, or 401 (503 when the database is needed and down).
-    pub async fn key(&self, headers: &HeaderMap) -> Result<CachedKey, ApiError> {
-        let raw = presented_key(headers)
+impl Identities {
+    /// The live key presented (`raw`, as the transport found it), or 401 (503 when the
+    /// database is needed and down).
+    pub async fn key(&self, raw: Option<&str>) -> Result<CachedKey, DecideError> {
+        let raw = raw
             .filter(|k| !k.is_empty())
-            .ok_or(ApiError::Unauthorized)?;
+            .ok_or(DecideError::Unauthorized)?;
         let hash = sha256_hex(raw);
         let key = match self.caches.key(&hash) {
             Lookup::Fresh(key) => {
@@ -100,13 +86,13 @@ impl Authenticator {
             }
             Lookup::Absent => {
                 self.metrics.cache("key", "absent");
-                return Err(ApiError::Unauthorized);
+                return Err(DecideError::Unauthorized);
             }
             Lookup::Stale(key) => {
                 self.metrics.cache("key", "stale");
                 let generation = self.caches.generation();
                 match self.load_key(&hash).await {
-                    Ok(found) => found.ok_or(ApiError::Unauthorized)?,
+                    Ok(found) => found.ok_or(DecideError::Unauthorized)?,
                     Err(e) if e.is_transient() => {
                         // Serve the stale entry, and wait a refresh period before asking the
                         // store again rather than on every request.
@@ -118,11 +104,13 @@ impl Authenticator {
             }
             Lookup::Miss => {
                 self.metrics.cache("key", "miss");
-                self.load_key(&hash).await?.ok_or(ApiError::Unauthorized)?
+                self.load_key(&hash)
+                    .await?
+                    .ok_or(DecideError::Unauthorized)?
             }
         };
         if !key.is_live(store::now_ms()) {
-            return Err(ApiError::Unauthorized);
+            return Err(DecideError::Unauthorized);
         }
         self.usage.record(&key.id);
         Ok(key)
@@ -143,8 +131,27 @@ impl Authenticator {
         }
     }
 
+    /// A check key's tenant, which must be active: the identity every check transport needs.
+    /// An admin or operator key is 403, a suspended tenant 403.
+    pub async fn check_tenant(&self, key: &CachedKey) -> Result<Arc<CompiledTenant>, DecideError> {
+        if key.kind != Some(KeyKind::Check) {
+            return Err(DecideError::Forbidden(
+                "only check keys may call /v1/check; admin and operator keys are for /v1/admin"
+                    .into(),
+            ));
+        }
+        let tenant_id = key.tenant_id.as_deref().ok_or(DecideError::Unauthorized)?;
+        let tenant = self.tenant(tenant_id).await?;
+        if !tenant.is_active() {
+            return Err(DecideError::Forbidden(
+                "this tenant is suspended; its keys cannot be used".into(),
+            ));
+        }
+        Ok(tenant)
+    }
+
     /// A tenant's status and compiled rules.
-    pub async fn tenant(&self, tenant_id: &str) -> Result<Arc<CompiledTenant>, ApiError> {
+    pub async fn tenant(&self, tenant_id: &str) -> Result<Arc<CompiledTenant>, DecideError> {
         match self.caches.tenant(tenant_id) {
             Lookup::Fresh(t) => {
                 self.metrics.cache("tenant", "hit");
@@ -155,9 +162,9 @@ impl Authenticator {
                 let generation = self.caches.generation();
                 match self.load_tenant(tenant_id).await {
                     Ok(Some(fresh)) => Ok(fresh),
-                    Ok(None) => Err(ApiError::Unauthorized),
+                    Ok(None) => Err(DecideError::Unauthorized),
                     Err(e) if e.is_transient() => {
-                        self.caches.put_tenant(t.clone(), generation);
+                        self.caches.put_tenant(tenant_id, t.clone(), generation);
                         Ok(t)
                     }
                     Err(e) => Err(e.into()),
@@ -167,7 +174,7 @@ impl Authenticator {
                 self.metrics.cache("tenant", "miss");
                 self.load_tenant(tenant_id)
                     .await?
-                    .ok_or(ApiError::Unauthorized)
+                    .ok_or(DecideError::Unauthorized)
             }
         }
     }
@@ -182,7 +189,8 @@ impl Authenticator {
         };
         let rules = store::rules::list(&self.db, tenant_id).await?;
         let compiled = Arc::new(CompiledTenant::compile(tenant, rules));
-        self.caches.put_tenant(compiled.clone(), generation);
+        self.caches
+            .put_tenant(tenant_id, compiled.clone(), generation);
         Ok(Some(compiled))
     }
 }
@@ -190,19 +198,6 @@ impl Authenticator {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn keys_come_from_either_header() {
-        let mut headers = HeaderMap::new();
-        assert_eq!(presented_key(&headers), None);
-        headers.insert("authorization", "Bearer sl_chk_abc".parse().unwrap());
-        assert_eq!(presented_key(&headers), Some("sl_chk_abc"));
-        headers.insert("x-api-key", "sl_chk_def".parse().unwrap());
-        assert_eq!(presented_key(&headers), Some("sl_chk_def"));
-        let mut basic = HeaderMap::new();
-        basic.insert("authorization", "Basic xyz".parse().unwrap());
-        assert_eq!(presented_key(&basic), None);
-    }
 
     #[test]
     fn hashes_are_lower_case_hex_sha256() {

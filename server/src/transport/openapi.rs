@@ -5,7 +5,8 @@
 use axum::Json;
 use serde_json::{json, Value};
 
-use crate::check::{MAX_BODY_BYTES, MAX_REQUEST_ID_BYTES};
+use super::check::MAX_BODY_BYTES;
+use crate::decide::input::MAX_REQUEST_ID_BYTES;
 use app::rules::{MAX_COST, MAX_LIMIT, MAX_NAME_BYTES, MAX_PERIOD_MS, MAX_ROUTE_BYTES};
 
 fn problem(description: &str) -> Value {
@@ -225,6 +226,24 @@ fn schemas() -> Value {
     let millis = json!({ "type": "integer", "description": "Unix time in milliseconds." });
     let nullable_millis =
         json!({ "type": ["integer", "null"], "description": "Unix time in milliseconds." });
+    let rule_body = json!({
+        "type": "object", "additionalProperties": false,
+        "required": ["name", "match", "scope", "algorithm", "limit", "period_ms"],
+        "properties": {
+            "name": name,
+            "match": { "type": "string", "enum": ["exact", "prefix", "default", "all"] },
+            "route": text,
+            "scope": { "type": "string", "enum": ["tenant", "subject"] },
+            "algorithm": { "type": "string", "enum": ["token_bucket", "gcra", "leaky_bucket", "fixed_window", "sliding_window", "sliding_log"] },
+            "limit": { "type": "integer", "minimum": 1, "maximum": MAX_LIMIT },
+            "period_ms": { "type": "integer", "minimum": 1, "maximum": MAX_PERIOD_MS },
+            "burst": { "type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "description": "Bucket algorithms only; defaults to limit." },
+            "penalty": { "type": "boolean", "default": false },
+            "failure_mode": { "type": "string", "enum": ["closed", "open"], "default": "closed" },
+            "shadow": { "type": "boolean", "default": false },
+            "enabled": { "type": "boolean", "default": true }
+        }
+    });
     json!({
         "Problem": {
             "type": "object", "required": ["type", "title", "status", "detail"],
@@ -267,30 +286,8 @@ fn schemas() -> Value {
                 "status": { "type": "string", "enum": ["active", "suspended"] },
                 "created_at": millis, "updated_at": millis }
         },
-        "RuleBody": {
-            "type": "object", "additionalProperties": false,
-            "required": ["name", "match", "scope", "algorithm", "limit", "period_ms"],
-            "properties": {
-                "name": name,
-                "match": { "type": "string", "enum": ["exact", "prefix", "default", "all"] },
-                "route": text,
-                "scope": { "type": "string", "enum": ["tenant", "subject"] },
-                "algorithm": { "type": "string", "enum": ["token_bucket", "gcra", "leaky_bucket", "fixed_window", "sliding_window", "sliding_log"] },
-                "limit": { "type": "integer", "minimum": 1, "maximum": MAX_LIMIT },
-                "period_ms": { "type": "integer", "minimum": 1, "maximum": MAX_PERIOD_MS },
-                "burst": { "type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "description": "Bucket algorithms only; defaults to limit." },
-                "penalty": { "type": "boolean", "default": false },
-                "failure_mode": { "type": "string", "enum": ["closed", "open"], "default": "closed" },
-                "shadow": { "type": "boolean", "default": false },
-                "enabled": { "type": "boolean", "default": true }
-            }
-        },
-        "Rule": {
-            "allOf": [schema("RuleBody"), {
-                "type": "object", "required": ["id", "tenant_id", "created_at", "updated_at"],
-                "properties": { "id": { "type": "string" }, "tenant_id": { "type": "string" }, "created_at": millis, "updated_at": millis }
-            }]
-        },
+        "RuleBody": rule_body,
+        "Rule": rule_schema(&rule_body, &millis),
         "KeyCreate": {
             "type": "object", "additionalProperties": false, "required": ["kind", "name", "hash", "prefix"],
             "properties": {
@@ -305,17 +302,19 @@ fn schemas() -> Value {
             "properties": {
                 "hash": { "type": "string", "pattern": "^[0-9a-f]{64}$" },
                 "prefix": { "type": "string", "maxLength": 16 },
-                "grace_seconds": { "type": "integer", "minimum": 0, "maximum": crate::service::MAX_GRACE_SECONDS, "default": 0 }
+                "grace_seconds": { "type": "integer", "minimum": 0, "maximum": crate::admin::keys::MAX_GRACE_SECONDS, "default": 0 }
             }
         },
         "ApiKey": {
-            "type": "object", "required": ["id", "kind", "name", "prefix", "created_at"],
+            "type": "object", "required": ["id", "tenant_id", "kind", "name", "prefix", "created_at", "state"],
             "properties": {
                 "id": { "type": "string" }, "tenant_id": { "type": ["string", "null"] },
                 "kind": { "type": "string", "enum": ["check", "admin", "operator"] },
                 "name": { "type": "string" }, "prefix": { "type": "string" },
                 "created_at": millis, "expires_at": nullable_millis, "revoked_at": nullable_millis,
-                "last_used_at": nullable_millis, "replaced_by": { "type": ["string", "null"] }
+                "last_used_at": nullable_millis, "replaced_by": { "type": ["string", "null"] },
+                "state": { "type": "string", "enum": ["live", "grace", "expired", "revoked"],
+                           "description": "Whether the key authenticates now: grace is a rotated key that works until it expires." }
             }
         },
         "SimulateRequest": {
@@ -362,4 +361,35 @@ fn schemas() -> Value {
 /// `GET /v1/openapi.json`.
 pub async fn handler() -> Json<Value> {
     Json(document())
+}
+
+/// A stored rule: the body's fields and its id, tenant and times, in one flat object (as
+/// `app::rules::RuleInfo` serialises it). Written out rather than as `allOf` of the body,
+/// whose `additionalProperties: false` would refuse the extra fields.
+fn rule_schema(body: &Value, millis: &Value) -> Value {
+    let mut rule = body.clone();
+    rule["additionalProperties"] = json!(false);
+    let properties = rule["properties"]
+        .as_object_mut()
+        .expect("a rule body has properties");
+    properties.insert("id".into(), json!({ "type": "string" }));
+    properties.insert("tenant_id".into(), json!({ "type": "string" }));
+    properties.insert("created_at".into(), millis.clone());
+    properties.insert("updated_at".into(), millis.clone());
+    let required = rule["required"]
+        .as_array_mut()
+        .expect("a rule body has required fields");
+    for field in [
+        "id",
+        "tenant_id",
+        "created_at",
+        "updated_at",
+        "penalty",
+        "failure_mode",
+        "shadow",
+        "enabled",
+    ] {
+        required.push(json!(field));
+    }
+    rule
 }

@@ -1,12 +1,8 @@
-//! `/healthz` (the process is up) and `/readyz` (it can serve: the database and the limiter
-//! backend answer). `/readyz` names whatever is down, so an operator knows where to look.
+//! Whether the instance can serve: the database and the limiter backend are probed
+//! concurrently, each within a deadline. `/readyz` and the console's status widget read it.
 
 use std::time::Duration;
 
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::response::IntoResponse;
-use axum::Json;
 use serde::Serialize;
 
 use crate::limiter::Limiter;
@@ -14,11 +10,6 @@ use crate::store::Db;
 
 /// How long a readiness probe waits for each dependency.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// `GET /healthz`: answers as long as the process serves HTTP.
-pub async fn healthz() -> impl IntoResponse {
-    Json(serde_json::json!({ "status": "ok" }))
-}
 
 /// One dependency's state in the `/readyz` body.
 #[derive(Debug, Serialize)]
@@ -73,15 +64,4 @@ async fn check<E: std::fmt::Display>(
         ok: error.is_none(),
         error,
     }
-}
-
-/// `GET /readyz`: 200 when every dependency answers, 503 naming the ones that do not.
-pub async fn readyz(State(db): State<Db>, State(limiter): State<Limiter>) -> impl IntoResponse {
-    let readiness = probe(&db, &limiter).await;
-    let status = if readiness.down.is_empty() {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    };
-    (status, Json(readiness))
 }

@@ -1,39 +1,74 @@
-//! The server's implementation of the console port ([`app::port::Console`]). Server functions
-//! reach it through Leptos context. Every admin operation goes to [`AdminService`], the same
-//! service behind `/v1/admin`, acting as the session's user.
+//! The console's transport: the server's implementation of every feature's port
+//! ([`app::ports::Console`]), which server functions reach through Leptos context. It owns
+//! sessions and sign-in; every other operation goes to the admin service ([`crate::admin`]),
+//! the same service behind `/v1/admin`, acting as the session's user, and the service decides
+//! what that user may do.
 
-use app::audit::{AuditEntry, AuditFilter};
-use app::auth::SignedInUser;
-use app::keys::{KeyInfo, KeyKind};
-use app::port::Console;
-use app::rules::{Algorithm, LimitSpec, RuleBody, RuleInfo};
-use app::simulate::{SimulateInput, Simulation};
-use app::status::Status;
-use app::tenants::TenantInfo;
+use std::sync::{Arc, LazyLock};
+
+use app::audit::{AuditEntry, AuditFilter, AuditPort};
+use app::auth::{AuthPort, Role, SignedInUser};
+use app::dashboard::{DashboardPort, Range};
+use app::keys::{KeyInfo, KeyKind, KeysPort};
+use app::rules::{Algorithm, FailureMode, MatchKind, RuleBody, RuleInfo, RulesPort, Scope};
+use app::simulate::{SimulateInput, SimulatePort, Simulation};
+use app::status::{Status, StatusPort};
+use app::tenants::{TenantInfo, TenantStatus, TenantsPort};
 use app::AppError;
 use axum::http::request::Parts;
 use tower_sessions::Session;
 
-use app::dashboard::Range;
-
-use crate::dashboard::view::Scope;
+use super::readiness;
+use crate::admin::keys::{KeyBody, RotateBody};
+use crate::admin::{Actor, AdminService, ServiceError};
+use crate::dashboard::view::Scope as DashboardScope;
 use crate::dashboard::Dashboard;
-use crate::health;
-use crate::limiter::{keys, CheckRequest, Limiter, RuleCheck};
+use crate::decide::{Answer, CheckInput, CompiledTenant, Decider, Mode};
+use crate::limiter::Limiter;
 use crate::passwords;
-use crate::service::{Actor, AdminService, KeyBody, RotateBody, ServiceError};
-use crate::store::audit::AuditEvent;
-use crate::store::keys::ApiKey;
 use crate::store::rules::Rule;
 use crate::store::tenants::Tenant;
 use crate::store::{self, users::User, Db, StoreError};
 
 /// Session key of the signed-in user's id.
 const USER_ID: &str = "user_id";
-/// Sign-in attempts allowed per email: 10 a minute (Sluice's own limiter).
+/// Sign-in attempts allowed per email: 10 a minute.
 const SIGN_IN_LIMIT: (u64, u64) = (10, 60_000);
-/// The pseudo-tenant whose buckets limit the console itself.
-const CONSOLE_TENANT: &str = "_console";
+
+/// The console's own limits, decided by the decision core like any tenant's: the pseudo-tenant
+/// `_console` with one rule, `sign-in`, per email. It fails open, so an unreachable limiter
+/// never locks everyone out.
+static CONSOLE_LIMITS: LazyLock<CompiledTenant> = LazyLock::new(|| {
+    let tenant = Tenant {
+        id: "_console".into(),
+        name: "_console".into(),
+        status: TenantStatus::Active,
+        created_at: 0,
+        updated_at: 0,
+    };
+    let (limit, period_ms) = SIGN_IN_LIMIT;
+    let rule = Rule {
+        id: "sign-in".into(),
+        tenant_id: tenant.id.clone(),
+        body: RuleBody {
+            name: "sign-in".into(),
+            match_kind: MatchKind::Exact,
+            route: Some("sign-in".into()),
+            scope: Scope::Subject,
+            algorithm: Algorithm::Gcra,
+            limit,
+            period_ms,
+            burst: None,
+            penalty: false,
+            failure_mode: FailureMode::Open,
+            shadow: false,
+            enabled: true,
+        },
+        created_at: 0,
+        updated_at: 0,
+    };
+    CompiledTenant::compile(tenant, vec![rule])
+});
 
 /// The session of the request being served (tower-sessions puts it in the request's
 /// extensions; leptos_axum provides the request parts to server functions).
@@ -86,53 +121,6 @@ fn service_error(e: ServiceError) -> AppError {
     }
 }
 
-fn tenant_info(t: Tenant) -> TenantInfo {
-    TenantInfo {
-        id: t.id,
-        name: t.name,
-        status: t.status,
-        created_at: t.created_at,
-    }
-}
-
-fn rule_info(r: Rule) -> RuleInfo {
-    RuleInfo {
-        id: r.id,
-        body: r.body,
-        created_at: r.created_at,
-        updated_at: r.updated_at,
-    }
-}
-
-fn key_info(k: ApiKey) -> KeyInfo {
-    let mut info = KeyInfo {
-        id: k.id,
-        kind: k.kind,
-        name: k.name,
-        prefix: k.prefix,
-        created_at: k.created_at,
-        expires_at: k.expires_at,
-        revoked_at: k.revoked_at,
-        last_used_at: k.last_used_at,
-        replaced_by: k.replaced_by,
-        state: String::new(),
-    };
-    info.state = info.state_at(store::now_ms()).to_owned();
-    info
-}
-
-fn audit_entry(e: AuditEvent) -> AuditEntry {
-    AuditEntry {
-        id: e.id,
-        tenant_id: e.tenant_id,
-        actor: e.actor,
-        action: e.action,
-        target: e.target,
-        detail: e.detail,
-        at: e.at,
-    }
-}
-
 fn signed_in(user: User) -> SignedInUser {
     SignedInUser {
         email: user.email,
@@ -141,13 +129,10 @@ fn signed_in(user: User) -> SignedInUser {
     }
 }
 
-/// Who may see which dashboard: an operator the fleet (`tenant` = `None`) or any tenant; a
-/// tenant admin their own active tenant only (another tenant is `NotFound`).
-pub async fn dashboard_scope(
-    db: &Db,
-    session: &Session,
-    tenant: Option<&str>,
-) -> Result<Scope, AppError> {
+/// The signed-in user of `session`, read from the store (not from a cached object), as the
+/// admin service's actor. Without a session, or for a user who no longer exists, it is
+/// `Unauthorized`.
+pub async fn session_actor(db: &Db, session: &Session) -> Result<Actor, AppError> {
     let Some(id) = session
         .get::<String>(USER_ID)
         .await
@@ -159,30 +144,36 @@ pub async fn dashboard_scope(
         .await
         .map_err(store_error)?
         .ok_or(AppError::Unauthorized)?;
-    let operator = user.role == "operator";
-    let Some(tenant) = tenant else {
-        return if operator {
-            Ok(Scope::Fleet)
-        } else {
-            Err(AppError::Forbidden(
-                "the fleet dashboard is for operators; your tenant's dashboard is under Dashboard"
-                    .into(),
-            ))
-        };
-    };
-    if !operator && user.tenant_id.as_deref() != Some(tenant) {
-        return Err(AppError::NotFound);
+    actor_of(user)
+}
+
+fn actor_of(user: User) -> Result<Actor, AppError> {
+    let label = format!("user:{}", user.email);
+    match (user.role, user.tenant_id) {
+        (Role::Operator, _) => Ok(Actor::Operator { label }),
+        (Role::TenantAdmin, Some(tenant_id)) => Ok(Actor::TenantAdmin { tenant_id, label }),
+        (Role::TenantAdmin, None) => Err(AppError::Unauthorized),
     }
-    let found = store::tenants::get(db, tenant)
-        .await
-        .map_err(store_error)?
-        .ok_or(AppError::NotFound)?;
-    if !operator && found.status != "active" {
-        return Err(AppError::Forbidden(
-            "your tenant is suspended; ask an operator to resume it".into(),
-        ));
-    }
-    Ok(Scope::Tenant(found.id))
+}
+
+/// Which dashboard the session may watch, as the admin service decides it.
+pub async fn dashboard_scope(
+    db: &Db,
+    admin: &AdminService,
+    session: &Session,
+    tenant: Option<&str>,
+) -> Result<DashboardScope, AppError> {
+    let actor = session_actor(db, session).await?;
+    Ok(
+        match admin
+            .authorize_dashboard(&actor, tenant)
+            .await
+            .map_err(service_error)?
+        {
+            None => DashboardScope::Fleet,
+            Some(id) => DashboardScope::Tenant(id),
+        },
+    )
 }
 
 /// The console service over the store, the limiter and the admin service.
@@ -190,6 +181,7 @@ pub async fn dashboard_scope(
 pub struct ConsoleService {
     db: Db,
     limiter: Limiter,
+    decider: Decider,
     admin: AdminService,
     dashboard: Dashboard,
     embedded: bool,
@@ -199,6 +191,7 @@ impl ConsoleService {
     pub fn new(
         db: Db,
         limiter: Limiter,
+        decider: Decider,
         admin: AdminService,
         dashboard: Dashboard,
         embedded: bool,
@@ -206,6 +199,7 @@ impl ConsoleService {
         Self {
             db,
             limiter,
+            decider,
             admin,
             dashboard,
             embedded,
@@ -223,33 +217,16 @@ impl ConsoleService {
         store::users::get(&self.db, &id).await.map_err(store_error)
     }
 
-    /// The session's user as the admin service's actor. A tenant admin of a suspended
-    /// tenant is refused, as that tenant's admin keys are on `/v1/admin`.
+    /// The session's user as the admin service's actor.
     async fn actor(&self) -> Result<Actor, AppError> {
-        let user = self.session_user().await?.ok_or(AppError::Unauthorized)?;
-        let label = format!("user:{}", user.email);
-        match (user.role.as_str(), user.tenant_id) {
-            ("operator", _) => Ok(Actor::Operator { label }),
-            ("tenant_admin", Some(tenant_id)) => {
-                let tenant = store::tenants::get(&self.db, &tenant_id)
-                    .await
-                    .map_err(store_error)?;
-                if tenant.is_none_or(|t| t.status != "active") {
-                    return Err(AppError::Forbidden(
-                        "your tenant is suspended; ask an operator to resume it".into(),
-                    ));
-                }
-                Ok(Actor::TenantAdmin { tenant_id, label })
-            }
-            _ => Err(AppError::Unauthorized),
-        }
+        session_actor(&self.db, &session()?).await
     }
 }
 
 #[async_trait::async_trait]
-impl Console for ConsoleService {
+impl StatusPort for ConsoleService {
     async fn status(&self) -> Result<Status, AppError> {
-        let readiness = health::probe(&self.db, &self.limiter).await;
+        let readiness = readiness::probe(&self.db, &self.limiter).await;
         Ok(Status {
             version: env!("CARGO_PKG_VERSION").to_owned(),
             mode: if self.embedded {
@@ -264,7 +241,10 @@ impl Console for ConsoleService {
             checked_at_ms: store::now_ms(),
         })
     }
+}
 
+#[async_trait::async_trait]
+impl AuthPort for ConsoleService {
     async fn sign_in(&self, email: &str, password: &str) -> Result<SignedInUser, AppError> {
         let email = email.trim().to_lowercase();
         if email.is_empty() || password.is_empty() {
@@ -298,15 +278,13 @@ impl Console for ConsoleService {
     async fn current_user(&self) -> Result<Option<SignedInUser>, AppError> {
         Ok(self.session_user().await?.map(signed_in))
     }
+}
 
+#[async_trait::async_trait]
+impl TenantsPort for ConsoleService {
     async fn list_tenants(&self) -> Result<Vec<TenantInfo>, AppError> {
         let actor = self.actor().await?;
-        let tenants = self
-            .admin
-            .list_tenants(&actor)
-            .await
-            .map_err(service_error)?;
-        Ok(tenants.into_iter().map(tenant_info).collect())
+        self.admin.list_tenants(&actor).await.map_err(service_error)
     }
 
     async fn get_tenant(&self, tenant: &str) -> Result<TenantInfo, AppError> {
@@ -314,7 +292,6 @@ impl Console for ConsoleService {
         self.admin
             .get_tenant(&actor, tenant)
             .await
-            .map(tenant_info)
             .map_err(service_error)
     }
 
@@ -323,7 +300,6 @@ impl Console for ConsoleService {
         self.admin
             .create_tenant(&actor, name)
             .await
-            .map(tenant_info)
             .map_err(service_error)
     }
 
@@ -332,7 +308,6 @@ impl Console for ConsoleService {
         self.admin
             .set_tenant_active(&actor, tenant, active)
             .await
-            .map(tenant_info)
             .map_err(service_error)
     }
 
@@ -344,19 +319,20 @@ impl Console for ConsoleService {
     ) -> Result<(), AppError> {
         let actor = self.actor().await?;
         self.admin
-            .add_tenant_admin(&actor, tenant, email, password)
+            .create_user(&actor, email, Some(tenant), password)
             .await
             .map_err(service_error)
     }
+}
 
+#[async_trait::async_trait]
+impl RulesPort for ConsoleService {
     async fn list_rules(&self, tenant: &str) -> Result<Vec<RuleInfo>, AppError> {
         let actor = self.actor().await?;
-        let rules = self
-            .admin
+        self.admin
             .list_rules(&actor, tenant)
             .await
-            .map_err(service_error)?;
-        Ok(rules.into_iter().map(rule_info).collect())
+            .map_err(service_error)
     }
 
     async fn save_rule(
@@ -370,7 +346,7 @@ impl Console for ConsoleService {
             None => self.admin.create_rule(&actor, tenant, &body).await,
             Some(id) => self.admin.update_rule(&actor, tenant, id, &body).await,
         };
-        saved.map(rule_info).map_err(service_error)
+        saved.map_err(service_error)
     }
 
     async fn delete_rule(&self, tenant: &str, id: &str) -> Result<(), AppError> {
@@ -380,15 +356,16 @@ impl Console for ConsoleService {
             .await
             .map_err(service_error)
     }
+}
 
+#[async_trait::async_trait]
+impl KeysPort for ConsoleService {
     async fn list_keys(&self, tenant: &str) -> Result<Vec<KeyInfo>, AppError> {
         let actor = self.actor().await?;
-        let keys = self
-            .admin
+        self.admin
             .list_keys(&actor, tenant)
             .await
-            .map_err(service_error)?;
-        Ok(keys.into_iter().map(key_info).collect())
+            .map_err(service_error)
     }
 
     async fn create_key(
@@ -409,7 +386,6 @@ impl Console for ConsoleService {
         self.admin
             .create_key(&actor, tenant, &body)
             .await
-            .map(key_info)
             .map_err(service_error)
     }
 
@@ -430,7 +406,6 @@ impl Console for ConsoleService {
         self.admin
             .rotate_key(&actor, tenant, key, &body)
             .await
-            .map(key_info)
             .map_err(service_error)
     }
 
@@ -439,24 +414,27 @@ impl Console for ConsoleService {
         self.admin
             .revoke_key(&actor, tenant, key)
             .await
-            .map(key_info)
             .map_err(service_error)
     }
+}
 
+#[async_trait::async_trait]
+impl AuditPort for ConsoleService {
     async fn audit(
         &self,
         tenant: Option<&str>,
         filter: AuditFilter,
     ) -> Result<Vec<AuditEntry>, AppError> {
         let actor = self.actor().await?;
-        let events = self
-            .admin
+        self.admin
             .audit_events(&actor, tenant, &filter)
             .await
-            .map_err(service_error)?;
-        Ok(events.into_iter().map(audit_entry).collect())
+            .map_err(service_error)
     }
+}
 
+#[async_trait::async_trait]
+impl SimulatePort for ConsoleService {
     async fn simulate(&self, tenant: &str, input: SimulateInput) -> Result<Simulation, AppError> {
         let actor = self.actor().await?;
         self.admin
@@ -464,33 +442,30 @@ impl Console for ConsoleService {
             .await
             .map_err(service_error)
     }
+}
 
+#[async_trait::async_trait]
+impl DashboardPort for ConsoleService {
     async fn dashboard(&self, tenant: Option<&str>, range: Range) -> Result<String, AppError> {
-        let scope = dashboard_scope(&self.db, &session()?, tenant).await?;
+        let scope = dashboard_scope(&self.db, &self.admin, &session()?, tenant).await?;
         Ok(self.dashboard.html(&scope, range).to_string())
     }
 }
 
 impl ConsoleService {
-    /// Sign-in attempts are rate-limited per email by Sluice's own limiter. If the limiter
-    /// itself is down, sign-in stays possible (it fails open) and says so in the log.
+    /// Sign-in attempts are rate-limited per email by the decision core, against the console's
+    /// own limits ([`CONSOLE_LIMITS`]). If the limiter itself is down, sign-in stays possible
+    /// (the rule fails open) and the core says so in the log.
     async fn limit_sign_in(&self, email: &str) -> Result<(), AppError> {
-        let (limit, period) = SIGN_IN_LIMIT;
-        let request = CheckRequest {
-            tenant: CONSOLE_TENANT.into(),
-            rules: vec![RuleCheck {
-                key: keys::bucket(CONSOLE_TENANT, "sign-in", Some(email)),
-                spec: LimitSpec::new(Algorithm::Gcra, limit, period),
-                cost: 1,
-                shadow: false,
-            }],
-            request_id: None,
-            now_ms: None,
-            dry_run: false,
-        };
-        match self.limiter.check(&request).await {
-            Ok(outcome) if !outcome.allowed => {
-                let wait = outcome.decisions[0].retry_after_ms.div_ceil(1000);
+        let input = CheckInput::new("sign-in", Some(email))
+            .map_err(|_| AppError::Invalid("wrong email or password".into()))?;
+        match self
+            .decider
+            .decide(&CONSOLE_LIMITS, &input, Mode::Internal)
+            .await
+        {
+            Ok(Answer::Decided(d)) if !d.allowed => {
+                let wait = d.deciding().1.retry_after_ms.div_ceil(1000);
                 Err(AppError::Invalid(format!(
                     "too many sign-in attempts for this email; try again in {wait} s"
                 )))
@@ -503,3 +478,6 @@ impl ConsoleService {
         }
     }
 }
+
+/// The console service, shared.
+pub type SharedConsole = Arc<ConsoleService>;

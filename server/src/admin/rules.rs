@@ -1,0 +1,154 @@
+//! A tenant's rules: list, read, create, replace, delete. Validation is `app`'s (the console's
+//! form runs the same code); the per-match cap keeps every check within the limiter's rules.
+
+use app::rules::{MatchKind, RuleBody, RuleInfo};
+use serde_json::json;
+
+use super::{dto, invalid, Actor, AdminService, ServiceError};
+use crate::propagation::Change;
+use crate::store;
+
+/// At most this many rules of one match (`all`, `default`, or one route) per tenant, so
+/// that a check never evaluates more than [`crate::limiter::MAX_RULES`].
+pub const MAX_RULES_PER_MATCH: usize = 4;
+
+impl AdminService {
+    pub async fn list_rules(
+        &self,
+        actor: &Actor,
+        tenant_id: &str,
+    ) -> Result<Vec<RuleInfo>, ServiceError> {
+        self.authorize(actor, tenant_id).await?;
+        let rules = store::rules::list(&self.db, tenant_id).await?;
+        Ok(rules.into_iter().map(dto::rule).collect())
+    }
+
+    pub async fn get_rule(
+        &self,
+        actor: &Actor,
+        tenant_id: &str,
+        id: &str,
+    ) -> Result<RuleInfo, ServiceError> {
+        self.authorize(actor, tenant_id).await?;
+        store::rules::get(&self.db, tenant_id, id)
+            .await?
+            .map(dto::rule)
+            .ok_or(ServiceError::NotFound("rule"))
+    }
+
+    async fn check_rule(
+        &self,
+        tenant_id: &str,
+        body: &RuleBody,
+        replacing: Option<&str>,
+    ) -> Result<(), ServiceError> {
+        let problems = body.problems();
+        if !problems.is_empty() {
+            return Err(ServiceError::Invalid(problems));
+        }
+        let same_match = store::rules::list(&self.db, tenant_id)
+            .await?
+            .into_iter()
+            .filter(|r| Some(r.id.as_str()) != replacing)
+            .filter(|r| r.body.match_kind == body.match_kind)
+            .filter(|r| !body.match_kind.needs_route() || r.body.route == body.route)
+            .count();
+        if same_match >= MAX_RULES_PER_MATCH {
+            let what = match body.match_kind {
+                MatchKind::Exact | MatchKind::Prefix => "rules on this route",
+                MatchKind::Default => "default rules",
+                MatchKind::All => "tenant-wide (all) rules",
+            };
+            return Err(invalid(
+                "match",
+                format!("a tenant may have at most {MAX_RULES_PER_MATCH} {what}"),
+            ));
+        }
+        Ok(())
+    }
+
+    pub async fn create_rule(
+        &self,
+        actor: &Actor,
+        tenant_id: &str,
+        body: &RuleBody,
+    ) -> Result<RuleInfo, ServiceError> {
+        self.authorize(actor, tenant_id).await?;
+        self.check_rule(tenant_id, body, None).await?;
+        let mut tx = self.db.begin().await?;
+        let rule = store::rules::insert(&mut tx, tenant_id, body).await?;
+        self.audit(
+            &mut tx,
+            Some(tenant_id),
+            actor,
+            "rule.create",
+            Some(&rule.id),
+            json!(body),
+        )
+        .await?;
+        tx.commit().await?;
+        self.announce([Change::Tenant {
+            id: tenant_id.to_owned(),
+        }])
+        .await;
+        Ok(dto::rule(rule))
+    }
+
+    pub async fn update_rule(
+        &self,
+        actor: &Actor,
+        tenant_id: &str,
+        id: &str,
+        body: &RuleBody,
+    ) -> Result<RuleInfo, ServiceError> {
+        self.authorize(actor, tenant_id).await?;
+        self.check_rule(tenant_id, body, Some(id)).await?;
+        let mut tx = self.db.begin().await?;
+        let rule = store::rules::update(&mut tx, tenant_id, id, body)
+            .await?
+            .ok_or(ServiceError::NotFound("rule"))?;
+        self.audit(
+            &mut tx,
+            Some(tenant_id),
+            actor,
+            "rule.update",
+            Some(id),
+            json!(body),
+        )
+        .await?;
+        tx.commit().await?;
+        self.announce([Change::Tenant {
+            id: tenant_id.to_owned(),
+        }])
+        .await;
+        Ok(dto::rule(rule))
+    }
+
+    pub async fn delete_rule(
+        &self,
+        actor: &Actor,
+        tenant_id: &str,
+        id: &str,
+    ) -> Result<(), ServiceError> {
+        self.authorize(actor, tenant_id).await?;
+        let mut tx = self.db.begin().await?;
+        if !store::rules::delete(&mut tx, tenant_id, id).await? {
+            return Err(ServiceError::NotFound("rule"));
+        }
+        self.audit(
+            &mut tx,
+            Some(tenant_id),
+            actor,
+            "rule.delete",
+            Some(id),
+            json!({}),
+        )
+        .await?;
+        tx.commit().await?;
+        self.announce([Change::Tenant {
+            id: tenant_id.to_owned(),
+        }])
+        .await;
+        Ok(())
+    }
+}

@@ -1,0 +1,255 @@
+//! The one parser of a check's input. `/v1/check` (a JSON body), the admin API's and the
+//! console's simulate (a [`SimulateInput`]) and sign-in's own limit all end in a
+//! [`CheckInput`], built only from validated newtypes, so each rule about what a route, a
+//! subject, a cost or a request id may be is written once, here.
+
+use app::rules::{check_text, MAX_COST};
+use app::simulate::SimulateInput;
+use serde::Deserialize;
+
+/// The longest `request_id`.
+pub const MAX_REQUEST_ID_BYTES: usize = 128;
+
+/// Input that cannot be a check: which field, and what to send instead.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct InputError {
+    /// The field at fault (`body` when the body itself is unreadable).
+    pub field: &'static str,
+    pub message: String,
+}
+
+fn invalid(field: &'static str, message: impl Into<String>) -> InputError {
+    InputError {
+        field,
+        message: message.into(),
+    }
+}
+
+/// A normalised route name such as `POST /transfers/{id}`: 1 to 256 bytes, no control
+/// characters.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Route(String);
+
+impl Route {
+    pub fn parse(s: &str) -> Result<Self, InputError> {
+        check_text("route", s).map_err(|m| invalid("route", m))?;
+        Ok(Self(s.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Who a subject-scoped rule counts separately (a user id, an IP, ...): 1 to 256 bytes, no
+/// control characters.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Subject(String);
+
+impl Subject {
+    pub fn parse(s: &str) -> Result<Self, InputError> {
+        check_text("subject", s).map_err(|m| invalid("subject", m))?;
+        Ok(Self(s.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// What a check consumes: a whole number from 1 to [`MAX_COST`]; 1 when not given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Cost(u64);
+
+impl Cost {
+    pub const ONE: Cost = Cost(1);
+
+    pub fn parse(n: u64) -> Result<Self, InputError> {
+        if (1..=MAX_COST).contains(&n) {
+            Ok(Self(n))
+        } else {
+            Err(invalid(
+                "cost",
+                format!("`cost` must be a whole number from 1 to {MAX_COST}, not {n}"),
+            ))
+        }
+    }
+
+    /// A JSON number, which may be negative, fractional or huge.
+    fn from_json(n: &serde_json::Number) -> Result<Self, InputError> {
+        match n.as_u64() {
+            Some(c) => Self::parse(c),
+            None => Err(invalid(
+                "cost",
+                format!("`cost` must be a whole number from 1 to {MAX_COST}, not {n}"),
+            )),
+        }
+    }
+
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+/// Makes a check idempotent: 1 to [`MAX_REQUEST_ID_BYTES`] bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RequestId(String);
+
+impl RequestId {
+    pub fn parse(s: &str) -> Result<Self, InputError> {
+        if s.is_empty() || s.len() > MAX_REQUEST_ID_BYTES {
+            return Err(invalid(
+                "request_id",
+                format!("`request_id` must be 1 to {MAX_REQUEST_ID_BYTES} bytes"),
+            ));
+        }
+        Ok(Self(s.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A validated check: what every transport hands to the decision core.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckInput {
+    pub route: Route,
+    pub cost: Cost,
+    pub subject: Option<Subject>,
+    pub request_id: Option<RequestId>,
+}
+
+/// The JSON body of `/v1/check`, field by field, before validation.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CheckBody {
+    route: Option<String>,
+    cost: Option<serde_json::Number>,
+    subject: Option<String>,
+    request_id: Option<String>,
+}
+
+impl CheckInput {
+    /// Parses the JSON body of a check.
+    pub fn parse_json(bytes: &[u8]) -> Result<Self, InputError> {
+        let body: CheckBody = serde_json::from_slice(bytes)
+            .map_err(|e| invalid("body", format!("invalid JSON body: {e}")))?;
+        let route = body.route.ok_or_else(|| {
+            invalid(
+                "route",
+                "`route` is required, e.g. \"POST /transfers/{id}\"",
+            )
+        })?;
+        Ok(Self {
+            route: Route::parse(&route)?,
+            cost: body.cost.as_ref().map_or(Ok(Cost::ONE), Cost::from_json)?,
+            subject: body.subject.as_deref().map(Subject::parse).transpose()?,
+            request_id: body
+                .request_id
+                .as_deref()
+                .map(RequestId::parse)
+                .transpose()?,
+        })
+    }
+
+    /// A simulation's input: the fields of a check, without a request id.
+    pub fn from_simulation(input: &SimulateInput) -> Result<Self, InputError> {
+        Ok(Self {
+            route: Route::parse(&input.route)?,
+            cost: input.cost.map_or(Ok(Cost::ONE), Cost::parse)?,
+            subject: input.subject.as_deref().map(Subject::parse).transpose()?,
+            request_id: None,
+        })
+    }
+
+    /// A check of cost 1 on `route` for `subject`, built by the server itself.
+    pub fn new(route: &str, subject: Option<&str>) -> Result<Self, InputError> {
+        Ok(Self {
+            route: Route::parse(route)?,
+            cost: Cost::ONE,
+            subject: subject.map(Subject::parse).transpose()?,
+            request_id: None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(json: &str) -> Result<CheckInput, InputError> {
+        CheckInput::parse_json(json.as_bytes())
+    }
+
+    #[test]
+    fn a_full_body_parses_and_cost_defaults_to_one() {
+        let input = parse(r#"{"route":"POST /x","subject":"u1","request_id":"r1"}"#).unwrap();
+        assert_eq!(input.route.as_str(), "POST /x");
+        assert_eq!(input.cost, Cost::ONE);
+        assert_eq!(input.subject.unwrap().as_str(), "u1");
+        assert_eq!(input.request_id.unwrap().as_str(), "r1");
+        assert_eq!(parse(r#"{"route":"a","cost":7}"#).unwrap().cost.get(), 7);
+    }
+
+    #[test]
+    fn each_bad_field_is_named() {
+        let field = |json: &str| parse(json).unwrap_err().field;
+        assert_eq!(field("not json"), "body");
+        assert_eq!(field(r#"{"route":"a","extra":1}"#), "body");
+        assert_eq!(field(r#"{"cost":1}"#), "route");
+        assert_eq!(field(r#"{"route":""}"#), "route");
+        assert_eq!(
+            field(&format!(r#"{{"route":"{}"}}"#, "a".repeat(257))),
+            "route"
+        );
+        assert_eq!(field(r#"{"route":"a\u0007"}"#), "route");
+        for cost in ["0", "-1", "1.5", "1000001", "1e30"] {
+            assert_eq!(field(&format!(r#"{{"route":"a","cost":{cost}}}"#)), "cost");
+        }
+        assert_eq!(field(r#"{"route":"a","subject":""}"#), "subject");
+        assert_eq!(field(r#"{"route":"a","request_id":""}"#), "request_id");
+        let long_id = "r".repeat(MAX_REQUEST_ID_BYTES + 1);
+        assert_eq!(
+            field(&format!(r#"{{"route":"a","request_id":"{long_id}"}}"#)),
+            "request_id"
+        );
+    }
+
+    #[test]
+    fn a_simulation_is_validated_by_the_same_rules() {
+        let ok = SimulateInput {
+            route: "GET /a".into(),
+            subject: Some("s".into()),
+            cost: Some(3),
+        };
+        assert_eq!(CheckInput::from_simulation(&ok).unwrap().cost.get(), 3);
+        let zero = SimulateInput {
+            cost: Some(0),
+            ..ok.clone()
+        };
+        assert_eq!(
+            CheckInput::from_simulation(&zero).unwrap_err().field,
+            "cost"
+        );
+        let blank = SimulateInput {
+            route: String::new(),
+            ..ok
+        };
+        assert_eq!(
+            CheckInput::from_simulation(&blank).unwrap_err().field,
+            "route"
+        );
+    }
+
+    #[test]
+    fn newtypes_refuse_what_the_body_refuses() {
+        assert!(Route::parse("GET /").is_ok());
+        assert!(Subject::parse(&"s".repeat(256)).is_ok());
+        assert!(Subject::parse(&"s".repeat(257)).is_err());
+        assert!(Cost::parse(MAX_COST).is_ok());
+        assert!(Cost::parse(0).is_err());
+        assert!(RequestId::parse(&"r".repeat(MAX_REQUEST_ID_BYTES)).is_ok());
+    }
+}

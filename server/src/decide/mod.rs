@@ -1,0 +1,241 @@
+//! The decision core: everything between "a transport has a key and an input" and "allow or
+//! deny", written once for every transport.
+//!
+//! - [`input`]: [`CheckInput`], the one parser and validator of a check's fields (route,
+//!   subject, cost, request id), as validated newtypes;
+//! - [`identity`]: [`Identities`], a presented key to its cached key and a check key to its
+//!   active, compiled tenant;
+//! - [`tenant`]: [`CompiledTenant`], a tenant's rules arranged for resolving a route;
+//! - [`plan`]: the limiter's view of the matching rules, and the deciding rule;
+//! - [`error`]: [`DecideError`], why the core gives no decision;
+//! - here: [`Decider::decide`], used by `/v1/check`, by simulate (a dry run) and by the
+//!   console's own sign-in limit. It counts what it decides on `/metrics` and in the
+//!   dashboards' current second, and answers each rule's failure mode when the limiter
+//!   cannot decide.
+//!
+//! Nothing here knows HTTP, JSON bodies of responses, or sessions.
+
+pub mod error;
+pub mod identity;
+pub mod input;
+pub mod plan;
+pub mod tenant;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use app::rules::model::Decision;
+use app::rules::FailureMode;
+
+pub use error::DecideError;
+pub use identity::{Identities, UsageRecorder};
+pub use input::{CheckInput, InputError};
+pub use tenant::CompiledTenant;
+
+use crate::limiter::{CheckRequest, Limiter, LimiterError};
+use crate::store::rules::Rule;
+use crate::telemetry::{Metrics, Outcome};
+
+/// How a decision is taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// A real check: consumes, and is counted on `/metrics` and the dashboards.
+    Enforce,
+    /// Consumes, but is not counted: Sluice limiting its own console (sign-in).
+    Internal,
+    /// Decides without writing anything and without failure modes (simulate): a limiter
+    /// error is returned as it is.
+    DryRun,
+}
+
+/// The rules that applied and what the limiter said of each.
+#[derive(Debug, Clone)]
+pub struct Decided {
+    /// Every enforced rule admitted the check (and it was consumed, unless a dry run).
+    pub allowed: bool,
+    /// The matching rules, in evaluation order, and their decisions.
+    pub rules: Vec<Arc<Rule>>,
+    pub decisions: Vec<Decision>,
+    /// The index of the rule the answer reports ([`plan::deciding_rule`]).
+    pub deciding: usize,
+    /// When the decision was taken (Unix ms).
+    pub now_ms: i64,
+}
+
+impl Decided {
+    /// The rule the answer reports, and its decision.
+    pub fn deciding(&self) -> (&Rule, &Decision) {
+        (&self.rules[self.deciding], &self.decisions[self.deciding])
+    }
+}
+
+/// The core's answer.
+#[derive(Debug, Clone)]
+pub enum Answer {
+    /// No rule applies: allowed without calling the limiter.
+    NoRule,
+    Decided(Decided),
+    /// The limiter could not decide and no enforced rule fails closed: allowed. `policy` is
+    /// the first enforced rule (or the first rule).
+    FailedOpen {
+        policy: Option<String>,
+    },
+}
+
+impl Answer {
+    pub fn allowed(&self) -> bool {
+        match self {
+            Answer::NoRule | Answer::FailedOpen { .. } => true,
+            Answer::Decided(d) => d.allowed,
+        }
+    }
+}
+
+/// Takes decisions: the limiter, and the telemetry that counts them. Cheap to share.
+#[derive(Debug, Clone)]
+pub struct Decider {
+    limiter: Limiter,
+    metrics: Metrics,
+}
+
+impl Decider {
+    pub fn new(limiter: Limiter, metrics: Metrics) -> Self {
+        Self { limiter, metrics }
+    }
+
+    /// Decides `input` against `tenant`'s rules: the most specific route rules plus every
+    /// `all` rule, in one atomic limiter call.
+    pub async fn decide(
+        &self,
+        tenant: &CompiledTenant,
+        input: &CheckInput,
+        mode: Mode,
+    ) -> Result<Answer, DecideError> {
+        let counted = mode == Mode::Enforce;
+        let tenant_id = tenant.tenant.id.as_str();
+        let rules = tenant.resolve(input.route.as_str());
+        if rules.is_empty() {
+            if counted {
+                self.metrics.outcome(tenant_id, "", Outcome::Allowed);
+            }
+            return Ok(Answer::NoRule);
+        }
+        let checks = plan::rule_checks(tenant_id, &rules, input)?;
+        let request = CheckRequest {
+            tenant: tenant_id.to_owned(),
+            rules: checks,
+            request_id: input.request_id.as_ref().map(|r| r.as_str().to_owned()),
+            now_ms: None,
+            dry_run: mode == Mode::DryRun,
+        };
+        let started = Instant::now();
+        let outcome = self.limiter.check(&request).await;
+        if counted {
+            self.metrics.limiter_call(
+                self.limiter.slot_of(&request.rules[0].key),
+                started.elapsed(),
+            );
+        }
+        let first_policy = rules[0].body.name.as_str();
+        let outcome = match outcome {
+            Ok(outcome) => outcome,
+            // A check the limiter refuses is a bug here, not an outage: no failure mode applies.
+            Err(error @ LimiterError::Invalid(_)) => {
+                if counted {
+                    self.metrics
+                        .outcome(tenant_id, first_policy, Outcome::Error);
+                }
+                return Err(error.into());
+            }
+            Err(error) if mode == Mode::DryRun => return Err(error.into()),
+            Err(error) => return self.undecided(tenant_id, &rules, error, counted),
+        };
+        if outcome.decisions.len() != rules.len() {
+            if counted {
+                self.metrics
+                    .outcome(tenant_id, first_policy, Outcome::Error);
+            }
+            return Err(LimiterError::Protocol(format!(
+                "{} decisions for {} rules",
+                outcome.decisions.len(),
+                rules.len()
+            ))
+            .into());
+        }
+        let deciding = plan::deciding_rule(&rules, &outcome.decisions, outcome.allowed);
+        if counted {
+            for (rule, decision) in rules.iter().zip(&outcome.decisions) {
+                if rule.body.shadow && !decision.allowed() {
+                    self.metrics
+                        .outcome(tenant_id, &rule.body.name, Outcome::ShadowWouldDeny);
+                }
+            }
+            let counted_as = if outcome.allowed {
+                Outcome::Allowed
+            } else {
+                Outcome::Denied
+            };
+            self.metrics
+                .outcome(tenant_id, &rules[deciding].body.name, counted_as);
+        }
+        Ok(Answer::Decided(Decided {
+            allowed: outcome.allowed,
+            rules,
+            decisions: outcome.decisions,
+            deciding,
+            now_ms: outcome.now_ms,
+        }))
+    }
+
+    /// The limiter could not decide: any enforced fail-closed rule refuses (503 over HTTP),
+    /// otherwise the check is allowed and counted as failed open.
+    fn undecided(
+        &self,
+        tenant_id: &str,
+        rules: &[Arc<Rule>],
+        error: LimiterError,
+        counted: bool,
+    ) -> Result<Answer, DecideError> {
+        let enforced: Vec<&Rule> = rules
+            .iter()
+            .map(AsRef::as_ref)
+            .filter(|r| !r.body.shadow)
+            .collect();
+        let closed: Vec<&Rule> = enforced
+            .iter()
+            .copied()
+            .filter(|r| r.body.failure_mode == FailureMode::Closed)
+            .collect();
+        if let Some(first) = closed.first() {
+            if counted {
+                for rule in &closed {
+                    self.metrics
+                        .outcome(tenant_id, &rule.body.name, Outcome::FailClosed);
+                }
+            }
+            tracing::warn!(error = %error, policy = %first.body.name, "limiter unavailable; failing closed");
+            return Err(DecideError::Undecided(format!(
+                "the limiter cannot decide right now ({}) and rule {:?} fails closed; retry shortly",
+                if error.is_transient() {
+                    "its store is unavailable"
+                } else {
+                    "internal error"
+                },
+                first.body.name
+            )));
+        }
+        if counted {
+            for rule in &enforced {
+                self.metrics
+                    .outcome(tenant_id, &rule.body.name, Outcome::FailOpen);
+            }
+        }
+        tracing::warn!(error = %error, "limiter unavailable; failing open");
+        let policy = enforced
+            .first()
+            .copied()
+            .or(rules.first().map(AsRef::as_ref))
+            .map(|r| r.body.name.clone());
+        Ok(Answer::FailedOpen { policy })
+    }
+}

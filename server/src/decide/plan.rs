@@ -1,0 +1,167 @@
+//! The plan of a check: each matching rule's bucket (per subject where the rule says so), its
+//! parameters and the cost, in the limiter's terms; and, once the limiter has answered, the
+//! rule whose decision the answer reports.
+
+use std::sync::Arc;
+
+use app::rules::model::{Decision, Verdict};
+use app::rules::Scope;
+
+use super::input::{CheckInput, InputError};
+use crate::limiter::{keys, RuleCheck};
+use crate::store::rules::Rule;
+
+/// The limiter's view of `rules` for one check. A subject-scoped rule without a subject is
+/// an [`InputError`] that says what to send.
+pub fn rule_checks(
+    tenant_id: &str,
+    rules: &[Arc<Rule>],
+    input: &CheckInput,
+) -> Result<Vec<RuleCheck>, InputError> {
+    rules
+        .iter()
+        .map(|rule| {
+            let subject = match rule.body.scope {
+                Scope::Tenant => None,
+                Scope::Subject => Some(input.subject.as_ref().ok_or_else(|| InputError {
+                    field: "subject",
+                    message: format!(
+                        "rule {:?} limits each subject separately: send `subject` (a user id, an IP, ...)",
+                        rule.body.name
+                    ),
+                })?),
+            };
+            Ok(RuleCheck {
+                key: keys::bucket(
+                    tenant_id,
+                    &keys::rule_part(&rule.id, rule.body.algorithm),
+                    subject.map(|s| s.as_str()),
+                ),
+                spec: rule.body.spec(),
+                cost: input.cost.get(),
+                shadow: rule.body.shadow,
+            })
+        })
+        .collect()
+}
+
+/// The rule the answer describes: on a denial the enforced rule with the longest wait (a
+/// rule the cost can never fit first); otherwise the one with the least capacity left.
+/// Shadow rules decide only when every rule is a shadow.
+pub fn deciding_rule(rules: &[Arc<Rule>], decisions: &[Decision], allowed: bool) -> usize {
+    let enforced: Vec<usize> = (0..rules.len())
+        .filter(|&i| !rules[i].body.shadow)
+        .collect();
+    let candidates = if enforced.is_empty() {
+        (0..rules.len()).collect()
+    } else {
+        enforced
+    };
+    if allowed {
+        candidates
+            .into_iter()
+            .min_by(|&a, &b| decisions[a].remaining.total_cmp(&decisions[b].remaining))
+            .unwrap_or(0)
+    } else {
+        candidates
+            .into_iter()
+            .filter(|&i| !decisions[i].allowed())
+            .max_by_key(|&i| {
+                (
+                    decisions[i].verdict == Verdict::NeverFits,
+                    decisions[i].retry_after_ms,
+                )
+            })
+            .unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use app::rules::{Algorithm, FailureMode, MatchKind, RuleBody};
+
+    fn rule(id: &str, scope: Scope, shadow: bool) -> Arc<Rule> {
+        Arc::new(Rule {
+            id: id.into(),
+            tenant_id: "t".into(),
+            body: RuleBody {
+                name: id.into(),
+                match_kind: MatchKind::All,
+                route: None,
+                scope,
+                algorithm: Algorithm::TokenBucket,
+                limit: 10,
+                period_ms: 1000,
+                burst: None,
+                penalty: false,
+                failure_mode: FailureMode::Closed,
+                shadow,
+                enabled: true,
+            },
+            created_at: 0,
+            updated_at: 0,
+        })
+    }
+
+    fn decision(verdict: Verdict, remaining: f64, retry_after_ms: u64) -> Decision {
+        Decision {
+            verdict,
+            limit: 10,
+            remaining,
+            reset_after_ms: 0,
+            retry_after_ms,
+        }
+    }
+
+    #[test]
+    fn buckets_are_per_subject_only_for_subject_rules() {
+        let rules = [
+            rule("a", Scope::Tenant, false),
+            rule("b", Scope::Subject, false),
+        ];
+        let input = CheckInput::new("GET /", Some("u1")).unwrap();
+        let checks = rule_checks("t", &rules, &input).unwrap();
+        assert!(checks[0].key.starts_with("sl:{t}:a") && !checks[0].key.contains("u1"));
+        assert!(checks[1].key.starts_with("sl:{t}:b") && checks[1].key.ends_with("u1"));
+        let anonymous = CheckInput::new("GET /", None).unwrap();
+        assert_eq!(
+            rule_checks("t", &rules, &anonymous).unwrap_err().field,
+            "subject"
+        );
+    }
+
+    #[test]
+    fn a_denial_reports_the_longest_wait_and_never_a_shadow() {
+        let rules = [
+            rule("short", Scope::Tenant, false),
+            rule("long", Scope::Tenant, false),
+            rule("shadow", Scope::Tenant, true),
+        ];
+        let decisions = [
+            decision(Verdict::Deny, 0.0, 100),
+            decision(Verdict::Deny, 0.0, 900),
+            decision(Verdict::Deny, 0.0, 5_000),
+        ];
+        assert_eq!(deciding_rule(&rules, &decisions, false), 1);
+        let never = [
+            decision(Verdict::NeverFits, 0.0, 0),
+            decision(Verdict::Deny, 0.0, 900),
+            decision(Verdict::Allow, 5.0, 0),
+        ];
+        assert_eq!(deciding_rule(&rules, &never, false), 0);
+    }
+
+    #[test]
+    fn an_admission_reports_the_least_capacity_left() {
+        let rules = [
+            rule("a", Scope::Tenant, false),
+            rule("b", Scope::Tenant, false),
+        ];
+        let decisions = [
+            decision(Verdict::Allow, 7.0, 0),
+            decision(Verdict::Allow, 2.0, 0),
+        ];
+        assert_eq!(deciding_rule(&rules, &decisions, true), 1);
+    }
+}

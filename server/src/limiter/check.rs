@@ -1,0 +1,151 @@
+//! What a check is in the limiter's terms, shared by both backends: the request (its rules'
+//! buckets, parameters and cost), the outcome, and the errors.
+
+use std::time::Duration;
+
+use app::rules::model::Decision;
+use app::rules::{LimitSpec, MAX_COST};
+
+use crate::redis_client::{self, keys};
+
+/// The most rules one check may evaluate.
+pub const MAX_RULES: usize = 8;
+/// How long a `request_id` is remembered: a retry within this time gets the first answer.
+pub const REQUEST_ID_TTL: Duration = Duration::from_secs(10 * 60);
+
+/// Errors from a limiter backend. Transient ones (Redis down, slow past the deadline) drive
+/// each rule's failure mode; the others are bugs or bad input.
+#[derive(Debug, thiserror::Error)]
+pub enum LimiterError {
+    #[error(transparent)]
+    Redis(#[from] redis_client::Error),
+    #[error("invalid check: {0}")]
+    Invalid(String),
+    #[error("unexpected reply from the check script: {0}")]
+    Protocol(String),
+}
+
+impl LimiterError {
+    /// Whether the same call could succeed later.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            LimiterError::Redis(e) => e.is_transient(),
+            LimiterError::Invalid(_) | LimiterError::Protocol(_) => false,
+        }
+    }
+}
+
+/// One rule of a check: its bucket key ([`keys::bucket`]), its parameters, and the cost.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RuleCheck {
+    pub key: String,
+    pub spec: LimitSpec,
+    pub cost: u64,
+    /// Evaluated and reported, never enforced.
+    pub shadow: bool,
+}
+
+/// One request to decide.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckRequest {
+    /// Every key must carry this tenant's hash tag.
+    pub tenant: String,
+    pub rules: Vec<RuleCheck>,
+    /// Makes the check idempotent: a retry with the same id gets the first decision.
+    pub request_id: Option<String>,
+    /// An explicit clock in Unix ms, for tests; `None` uses the backend's clock (Redis
+    /// `TIME`, or this process's clock in-process).
+    pub now_ms: Option<i64>,
+    /// Decide without writing anything: no consumption, no penalty, no idempotency record
+    /// (the console's and the admin API's simulate).
+    pub dry_run: bool,
+}
+
+/// The decision for one request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckOutcome {
+    /// Every enforced (non-shadow) rule admitted the request, and it was consumed.
+    pub allowed: bool,
+    /// One decision per rule, in the request's order.
+    pub decisions: Vec<Decision>,
+    /// This is the stored answer to an earlier check with the same `request_id`.
+    pub deduplicated: bool,
+    /// The time the decision was taken at, in Unix ms.
+    pub now_ms: i64,
+}
+
+impl CheckRequest {
+    /// The key of this request's idempotency record. It covers what the request asks for
+    /// (each rule's key, parameters, cost and shadow flag) as well as its `request_id`, so
+    /// reusing an id for a different request is a new decision, never someone else's answer.
+    pub fn reply_key(&self) -> String {
+        let mut identity = self.request_id.clone().unwrap_or_default();
+        for rule in &self.rules {
+            let s = &rule.spec;
+            identity.push_str(&format!(
+                "\n{}|{}|{}|{}|{:?}|{}|{}|{}",
+                rule.key,
+                s.algorithm,
+                s.limit,
+                s.period_ms,
+                s.burst,
+                s.penalty,
+                rule.cost,
+                rule.shadow
+            ));
+        }
+        keys::request(&self.tenant, &identity)
+    }
+
+    /// Refuses a request no backend may run: bad limits, costs, keys outside the tenant's
+    /// slot, a dry run with a request id.
+    pub fn validate(&self) -> Result<(), LimiterError> {
+        let invalid = |m: String| Err(LimiterError::Invalid(m));
+        if self.dry_run && self.request_id.is_some() {
+            return invalid("a dry run takes no request_id".into());
+        }
+        if self.rules.is_empty() || self.rules.len() > MAX_RULES {
+            return invalid(format!(
+                "a check takes 1 to {MAX_RULES} rules, not {}",
+                self.rules.len()
+            ));
+        }
+        let tag = format!("{{{}}}", self.tenant);
+        for rule in &self.rules {
+            if let Err(problem) = rule.spec.validate() {
+                return invalid(format!("rule {}: {problem}", rule.key));
+            }
+            if rule.cost == 0 || rule.cost > MAX_COST {
+                return invalid(format!(
+                    "cost must be between 1 and {MAX_COST}, not {}",
+                    rule.cost
+                ));
+            }
+            if !rule.key.contains(&tag) {
+                return invalid(format!(
+                    "key {} lacks the tenant's hash tag {tag}",
+                    rule.key
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Which kind of store holds the counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    InProcess,
+    Redis,
+    RedisCluster,
+}
+
+impl BackendKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendKind::InProcess => "in-process",
+            BackendKind::Redis => "redis",
+            BackendKind::RedisCluster => "redis-cluster",
+        }
+    }
+}

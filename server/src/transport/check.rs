@@ -1,0 +1,154 @@
+//! `POST /v1/check` over HTTP: find the key, parse the body with the core's one parser, let
+//! the decision core decide, and write the answer as 200 or 429 with the rate-limit headers.
+//!
+//! In steady state this runs no SQL (key and tenant come from the caches) and exactly one
+//! Redis command (the check script). A route that matches no rule is allowed without
+//! touching Redis.
+
+use std::time::Instant;
+
+use app::rules::model::{Decision, Verdict};
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Serialize;
+
+use super::credentials::presented_key;
+use super::error::ApiError;
+use super::state::AppState;
+use crate::decide::{Answer, CheckInput, Mode};
+use crate::store::rules::Rule;
+
+/// The largest accepted request body.
+pub const MAX_BODY_BYTES: usize = 8 * 1024;
+
+/// The decision body.
+#[derive(Debug, Serialize)]
+pub struct CheckResponse {
+    pub allowed: bool,
+    /// The rule that decided, or null when no rule applies.
+    pub policy: Option<String>,
+    pub limit: Option<u64>,
+    pub remaining: Option<u64>,
+    pub reset_after_ms: Option<u64>,
+    pub retry_after_ms: Option<u64>,
+    /// The cost exceeds the rule's capacity: retrying cannot help.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub never_fits: bool,
+    /// Set when the limiter could not decide and the rules fail open.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub degraded: Option<&'static str>,
+}
+
+fn seconds_up(ms: u64) -> u64 {
+    ms.div_ceil(1000)
+}
+
+/// `POST /v1/check`.
+pub async fn check(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let started = Instant::now();
+    let result = decide(&state, &headers, body).await;
+    state.metrics.check_done(started.elapsed());
+    result
+}
+
+async fn decide(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let key = state.identities.key(presented_key(headers)).await?;
+    let tenant = state.identities.check_tenant(&key).await?;
+    let bytes = body.map_err(|_| {
+        ApiError::BadRequest(format!(
+            "the body must be a JSON object of at most {MAX_BODY_BYTES} bytes"
+        ))
+    })?;
+    let input = CheckInput::parse_json(&bytes).map_err(|e| ApiError::BadRequest(e.message))?;
+    match state.decider.decide(&tenant, &input, Mode::Enforce).await? {
+        Answer::NoRule => Ok(Json(CheckResponse {
+            allowed: true,
+            policy: None,
+            limit: None,
+            remaining: None,
+            reset_after_ms: None,
+            retry_after_ms: None,
+            never_fits: false,
+            degraded: None,
+        })
+        .into_response()),
+        Answer::FailedOpen { policy } => Ok(Json(CheckResponse {
+            allowed: true,
+            policy,
+            limit: None,
+            remaining: None,
+            reset_after_ms: None,
+            retry_after_ms: None,
+            never_fits: false,
+            degraded: Some("fail_open"),
+        })
+        .into_response()),
+        Answer::Decided(decided) => {
+            let (rule, decision) = decided.deciding();
+            Ok(respond(rule, decision, decided.allowed))
+        }
+    }
+}
+
+fn respond(rule: &Rule, decision: &Decision, allowed: bool) -> Response {
+    let never_fits = decision.verdict == Verdict::NeverFits;
+    let remaining = decision.remaining.max(0.0).floor() as u64;
+    let reset = seconds_up(decision.reset_after_ms);
+    let retry = seconds_up(decision.retry_after_ms).max(1);
+    let body = CheckResponse {
+        allowed,
+        policy: Some(rule.body.name.clone()),
+        limit: Some(decision.limit),
+        remaining: Some(remaining),
+        reset_after_ms: Some(decision.reset_after_ms),
+        retry_after_ms: (!allowed && !never_fits).then_some(decision.retry_after_ms),
+        never_fits,
+        degraded: None,
+    };
+    let status = if allowed {
+        StatusCode::OK
+    } else {
+        StatusCode::TOO_MANY_REQUESTS
+    };
+    let mut response = (status, Json(body)).into_response();
+    let headers = response.headers_mut();
+    let mut set = |name: &'static str, value: String| {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            headers.insert(name, value);
+        }
+    };
+    let window = seconds_up(rule.body.period_ms).max(1);
+    // Time until this request could go ahead when denied; until the quota is whole otherwise.
+    let t = if !allowed && !never_fits {
+        retry
+    } else {
+        reset
+    };
+    set("x-ratelimit-limit", decision.limit.to_string());
+    set("x-ratelimit-remaining", remaining.to_string());
+    set("x-ratelimit-reset", reset.to_string());
+    set(
+        "ratelimit-policy",
+        format!("\"{}\";q={};w={}", rule.body.name, decision.limit, window),
+    );
+    set(
+        "ratelimit",
+        format!("\"{}\";r={};t={}", rule.body.name, remaining, t),
+    );
+    if !allowed && !never_fits {
+        set("retry-after", retry.to_string());
+    }
+    response
+}

@@ -1,0 +1,61 @@
+//! The whole HTTP surface of an instance, built in one function so tests can drive it with
+//! `oneshot`, without a socket.
+
+use axum::routing::{get, post};
+use axum::Router;
+use leptos_axum::{generate_route_list, LeptosRoutes};
+use tower_sessions::cookie::SameSite;
+use tower_sessions::{Expiry, SessionManagerLayer};
+
+use super::state::AppState;
+use super::{admin_api, check, live, openapi, ops};
+use crate::store::sessions::SqlSessionStore;
+
+/// Idle console sessions end after this many hours.
+pub const SESSION_HOURS: i64 = 8;
+
+/// The router of one instance.
+pub fn router(state: AppState) -> Router {
+    let sessions = SessionManagerLayer::new(SqlSessionStore::new(state.db.clone()))
+        .with_name("sluice_session")
+        .with_http_only(true)
+        .with_same_site(SameSite::Strict)
+        .with_secure(state.secure_cookies)
+        .with_expiry(Expiry::OnInactivity(time::Duration::hours(SESSION_HOURS)));
+    let routes = generate_route_list(app::App);
+    let console = state.console.clone();
+    let options = state.leptos_options.clone();
+    Router::new()
+        .route("/healthz", get(ops::healthz))
+        .route("/readyz", get(ops::readyz))
+        .route("/metrics", get(ops::metrics))
+        .route(
+            "/v1/check",
+            post(check::check).layer(axum::extract::DefaultBodyLimit::max(check::MAX_BODY_BYTES)),
+        )
+        .merge(admin_api::routes())
+        .route("/v1/openapi.json", get(openapi::handler))
+        .route("/live/dashboard", get(live::handler))
+        .leptos_routes_with_context(
+            &state,
+            routes,
+            move || app::ports::provide(&console),
+            move || app::shell(options.clone()),
+        )
+        .fallback(leptos_axum::file_and_error_handler::<AppState, _>(
+            app::shell,
+        ))
+        .layer(sessions)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            ops::track,
+        ))
+        .with_state(state)
+}
+
+/// The router of the separate metrics listener (`SLUICE_METRICS_LISTEN`).
+pub fn metrics_router(state: AppState) -> Router {
+    Router::new()
+        .route("/metrics", get(ops::metrics))
+        .with_state(state)
+}
