@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use app::keys::{sha256_hex, KeyKind};
+use app::keys::{is_well_formed, sha256_hex, KeyKind};
 
 use super::error::DecideError;
 use super::tenant::CompiledTenant;
@@ -78,6 +78,11 @@ impl Identities {
         let raw = raw
             .filter(|k| !k.is_empty())
             .ok_or(DecideError::Unauthorized)?;
+        // Anything not shaped like a key (a kind prefix and 64 hex digits) is refused before
+        // any cache or database lookup.
+        if !is_well_formed(raw) {
+            return Err(DecideError::Unauthorized);
+        }
         let hash = sha256_hex(raw);
         let key = match self.caches.key(&hash) {
             Lookup::Fresh(key) => {

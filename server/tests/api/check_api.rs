@@ -130,11 +130,14 @@ async fn unknown_revoked_or_expired_keys_get_401() {
     let (status, headers, body) = app.call("POST", "/v1/check", None, Some(&route)).await;
     assert_eq!(status, 401, "{body}");
     assert_eq!(headers["content-type"], "application/problem+json");
-    // Not the shape of a key: refused without a lookup.
-    assert_eq!(
-        app.check("sl_chk_not-a-real-key", route.clone()).await.0,
-        401
-    );
+    // Not the shape of a key: refused without a lookup (no cache miss, so no query).
+    let misses = "sluice_cache_lookups_total{cache=\"key\",result=\"miss\"}";
+    let misses_before = app.metric(misses).await;
+    let hex_like = format!("sl_chk_{}", "g".repeat(64));
+    for junk in ["sl_chk_not-a-real-key", "letmein", hex_like.as_str()] {
+        assert_eq!(app.check(junk, route.clone()).await.0, 401, "{junk}");
+    }
+    assert_eq!(app.metric(misses).await, misses_before);
     // A well-formed key nobody registered: looked up once, then answered from the
     // negative cache.
     let (unknown, _, _) = new_key(KeyKind::Check);
