@@ -14,13 +14,15 @@ in IEEE doubles; differential tests hold the two to identical answers. State is 
 %.17g, which round-trips a double exactly.
 
 KEYS[1..n]   the bucket of each rule, `sl:{<tenant>}:<rule>:<subject>`
-KEYS[n+1]    the idempotency record `slr:{<tenant>}:<request_id>` (always passed; used only
-             when ARGV[2] > 0)
+KEYS[n+1]    the idempotency record `slr:{<tenant>}:<hash>`: of the caller's request_id, or of
+             an id the server made for this one call, so that a resend after a lost reply
+             returns the first decision (always passed; used only when ARGV[2] > 0)
 KEYS[n+2]    the tenant's active-key HyperLogLog for this minute, `slk:{<tenant>}:<minute>`:
              every bucket checked is added to it (not in a dry run), so the dashboards can
              count active keys with PFCOUNT and no KEYS or SCAN
 ARGV[1]      now in ms, or "" to use Redis TIME (tests pass an explicit clock)
-ARGV[2]      idempotency TTL in ms; 0 = no request_id; -1 = dry run: decide, write nothing
+ARGV[2]      idempotency TTL in ms (> 0: look the record up first, write it after deciding);
+             0 = no record; -1 = dry run: decide, write nothing
 ARGV[3]      n, the number of rules (1..8)
 ARGV[4+7i..] per rule i: algorithm code (1 token_bucket, 2 gcra, 3 leaky_bucket,
              4 fixed_window, 5 sliding_window, 6 sliding_log), limit, period_ms, capacity
@@ -37,7 +39,7 @@ State, per algorithm (hash fields unless noted; every key gets a TTL covering a 
   sliding_log   a sorted set: score = time, member = "<time>:<k>:<cost>" (k makes equal
                 times unique); the newest score is the last time seen
 A denial writes nothing unless the rule has penalty; the idempotency record is written for
-every decision when a request_id is given.
+every decision when ARGV[2] > 0 (the server always asks for one).
 ]]
 
 if redis.replicate_commands then

@@ -149,6 +149,7 @@ impl Application {
             console: Arc::new(console),
             dashboard: dashboard.clone(),
             secure_cookies: config.secure_cookies,
+            metrics_apart: metrics_listener.is_some(),
         }));
         let metrics_router = metrics_listener
             .as_ref()

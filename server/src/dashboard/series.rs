@@ -131,7 +131,7 @@ impl SeriesStore {
             SeriesStore::Redis(redis) => {
                 let beat_json = serde_json::to_string(beat).expect("a beat serializes");
                 let _added: i64 = redis
-                    .run_script(&WRITE, WRITE_SOURCE, |cmd| {
+                    .run_script(&WRITE, WRITE_SOURCE, &second_key(sec), |cmd| {
                         cmd.arg(4)
                             .arg(second_key(sec))
                             .arg(minute_key(minute))
@@ -286,41 +286,9 @@ impl SeriesStore {
 
     /// Cluster slot → shard ("host:port" of the master), when the limiter is a Cluster.
     pub async fn shard_map(&self) -> Result<Option<Vec<(u16, u16, String)>>, RedisError> {
-        let SeriesStore::Redis(redis) = self else {
-            return Ok(None);
-        };
-        if !redis.is_cluster() {
-            return Ok(None);
+        match self {
+            SeriesStore::Redis(redis) => redis.shard_map().await,
+            SeriesStore::Memory { .. } => Ok(None),
         }
-        let mut cmd = redis::cmd("CLUSTER");
-        cmd.arg("SLOTS");
-        let reply: redis::Value = redis.query(&cmd).await?;
-        let mut ranges = Vec::new();
-        if let redis::Value::Array(entries) = reply {
-            for entry in entries {
-                let redis::Value::Array(parts) = entry else {
-                    continue;
-                };
-                let (Some(redis::Value::Int(start)), Some(redis::Value::Int(end))) =
-                    (parts.first(), parts.get(1))
-                else {
-                    continue;
-                };
-                let Some(redis::Value::Array(master)) = parts.get(2) else {
-                    continue;
-                };
-                let host = match master.first() {
-                    Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
-                    _ => continue,
-                };
-                let port = match master.get(1) {
-                    Some(redis::Value::Int(p)) => *p,
-                    _ => continue,
-                };
-                ranges.push((*start as u16, *end as u16, format!("{host}:{port}")));
-            }
-        }
-        ranges.sort();
-        Ok(Some(ranges))
     }
 }

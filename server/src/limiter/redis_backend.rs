@@ -16,14 +16,39 @@ static CHECK: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(CHEC
 const CHECK_SOURCE: &str = include_str!("../../../lua/check.lua");
 
 /// Runs the check script for `request`.
+///
+/// Every call that may consume carries an idempotency record: the caller's `request_id`
+/// (kept [`REQUEST_ID_TTL`]), or else an id made here for this one call (kept a few
+/// deadlines). The client resends a call once after a reconnect; when the first send did
+/// run and only its reply was lost, the resend finds the record and returns the first
+/// decision instead of consuming again.
 pub async fn check(
     redis: &RedisClient,
     request: &CheckRequest,
 ) -> Result<CheckOutcome, LimiterError> {
+    let (dedup_key, dedup_ttl_ms) = if request.dry_run {
+        // The script reads a negative TTL as a dry run (validation forbids a request_id).
+        (request.reply_key(), -1)
+    } else if request.request_id.is_some() {
+        (request.reply_key(), REQUEST_ID_TTL.as_millis() as i64)
+    } else {
+        let call = format!("call:{}", uuid::Uuid::new_v4().simple());
+        (keys::request(&request.tenant, &call), call_ttl_ms(redis))
+    };
     let reply: Value = redis
-        .run_script(&CHECK, CHECK_SOURCE, |cmd| add_script_args(cmd, request))
+        .run_script(&CHECK, CHECK_SOURCE, &request.rules[0].key, |cmd| {
+            add_script_args(cmd, request, &dedup_key, dedup_ttl_ms)
+        })
         .await?;
     parse_reply(reply, request)
+}
+
+/// How long the record of one call is kept: its resend comes within the same deadline, so a
+/// few deadlines (at least a second) are plenty.
+fn call_ttl_ms(redis: &RedisClient) -> i64 {
+    i64::try_from(redis.timeout().as_millis() * 4)
+        .unwrap_or(i64::MAX)
+        .max(1_000)
 }
 
 /// The SHA1 of the check script, as `SCRIPT EXISTS` and `EVALSHA` name it.
@@ -43,29 +68,25 @@ fn algorithm_code(algorithm: Algorithm) -> u8 {
 }
 
 /// `numkeys KEYS… ARGV…` as documented in the script's header.
-fn add_script_args(cmd: &mut redis::Cmd, request: &CheckRequest) {
+fn add_script_args(
+    cmd: &mut redis::Cmd,
+    request: &CheckRequest,
+    dedup_key: &str,
+    dedup_ttl_ms: i64,
+) {
     let n = request.rules.len();
-    let reply_key = request.reply_key();
     let now_ms = request.now_ms.unwrap_or_else(crate::store::now_ms);
     cmd.arg(n + 2);
     for rule in &request.rules {
         cmd.arg(&rule.key);
     }
-    cmd.arg(reply_key)
+    cmd.arg(dedup_key)
         .arg(keys::active(&request.tenant, now_ms.div_euclid(60_000)));
     match request.now_ms {
         Some(now) => cmd.arg(now),
         None => cmd.arg(""),
     };
-    // The script reads a negative TTL as a dry run (validation forbids a request_id then).
-    let dedup_ttl: i64 = if request.dry_run {
-        -1
-    } else if request.request_id.is_some() {
-        REQUEST_ID_TTL.as_millis() as i64
-    } else {
-        0
-    };
-    cmd.arg(dedup_ttl).arg(n);
+    cmd.arg(dedup_ttl_ms).arg(n);
     for rule in &request.rules {
         cmd.arg(algorithm_code(rule.spec.algorithm))
             .arg(rule.spec.limit)

@@ -1,14 +1,20 @@
 //! The one Redis client of an instance: a few multiplexed connections to one server, or
-//! cluster connections that route each command to the master owning its slot; a deadline on
-//! every command; scripts run as `EVALSHA` with the `EVAL` fallback. The limiter, the
+//! cluster connections that route each command to the master owning its slot; one deadline
+//! per call that covers every attempt of it (the `EVAL` after a `NOSCRIPT`, the resend after
+//! a reconnect); a circuit breaker per node ([`breaker`]); scripts run as `EVALSHA` with the
+//! `EVAL` fallback. The limiter, the
 //! dashboards' series and the propagation of admin changes all talk to Redis through it, and
 //! [`keys`] builds every key they use.
 
+pub mod breaker;
 pub mod keys;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use breaker::{Breaker, Pass};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
@@ -26,6 +32,9 @@ pub enum Error {
     },
     #[error("redis did not answer within {0:?}")]
     Timeout(Duration),
+    /// The node's circuit breaker is open: not called at all.
+    #[error("redis node {0} is failing; its circuit breaker is open")]
+    BreakerOpen(String),
 }
 
 impl Error {
@@ -33,7 +42,7 @@ impl Error {
     pub fn is_transient(&self) -> bool {
         match self {
             Error::Redis { transient, .. } => *transient,
-            Error::Timeout(_) => true,
+            Error::Timeout(_) | Error::BreakerOpen(_) => true,
         }
     }
 }
@@ -69,6 +78,58 @@ pub struct RedisClient {
     conns: Arc<[Conn]>,
     next: Arc<AtomicUsize>,
     timeout: Duration,
+    nodes: Arc<Nodes>,
+}
+
+/// The nodes of a client and their breakers. A single Redis is one node, `redis`; a Cluster's
+/// nodes are its masters, found from `CLUSTER SLOTS` (read again every [`SLOTS_EVERY`]).
+#[derive(Debug, Default)]
+struct Nodes {
+    /// (first slot, last slot, master "host:port"), by first slot.
+    slots: RwLock<Vec<(u16, u16, String)>>,
+    slots_read: Mutex<Option<Instant>>,
+    reading: AtomicBool,
+    breakers: Mutex<HashMap<String, Arc<Breaker>>>,
+    /// Calls answered at once because their node's breaker was open.
+    refused: std::sync::atomic::AtomicU64,
+}
+
+/// How often a Cluster client reads its slot map again (a failover moves slots).
+const SLOTS_EVERY: Duration = Duration::from_secs(5);
+/// The node of a single Redis, and of a Cluster slot not mapped yet.
+const SINGLE_NODE: &str = "redis";
+const UNMAPPED_NODE: &str = "cluster";
+
+impl Nodes {
+    fn breaker(&self, node: &str) -> Arc<Breaker> {
+        let mut breakers = self
+            .breakers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        breakers
+            .entry(node.to_owned())
+            .or_insert_with(|| Arc::new(Breaker::new(node)))
+            .clone()
+    }
+
+    fn node_of_slot(&self, slot: u16) -> Option<String> {
+        let slots = self
+            .slots
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        slots
+            .iter()
+            .find(|(start, end, _)| (*start..=*end).contains(&slot))
+            .map(|(_, _, node)| node.clone())
+    }
+
+    fn slots_due(&self) -> bool {
+        let read = self
+            .slots_read
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        read.is_none_or(|at| at.elapsed() >= SLOTS_EVERY)
+    }
 }
 
 #[derive(Clone)]
@@ -83,6 +144,7 @@ impl std::fmt::Debug for RedisClient {
             .field("cluster", &self.is_cluster())
             .field("connections", &self.conns.len())
             .field("timeout", &self.timeout)
+            .field("open_breakers", &self.open_breakers())
             .finish()
     }
 }
@@ -128,7 +190,83 @@ impl RedisClient {
             conns: conns.into(),
             next: Arc::new(AtomicUsize::new(0)),
             timeout,
+            nodes: Arc::default(),
         }
+    }
+
+    /// The deadline of one call (every attempt of it together).
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Every node seen so far and whether its breaker is open.
+    pub fn breakers(&self) -> Vec<(String, bool)> {
+        let breakers = self
+            .nodes
+            .breakers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut all: Vec<(String, bool)> = breakers
+            .values()
+            .map(|b| (b.node().to_owned(), b.is_open()))
+            .collect();
+        all.sort();
+        all
+    }
+
+    /// How many calls were answered at once, without Redis, because a breaker was open.
+    pub fn refused(&self) -> u64 {
+        self.nodes.refused.load(Ordering::Relaxed)
+    }
+
+    /// The nodes whose breakers are open now.
+    pub fn open_breakers(&self) -> Vec<String> {
+        let breakers = self
+            .nodes
+            .breakers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut open: Vec<String> = breakers
+            .values()
+            .filter(|b| b.is_open())
+            .map(|b| b.node().to_owned())
+            .collect();
+        open.sort();
+        open
+    }
+
+    /// The breaker of the node that holds `key` (a single Redis has one node).
+    fn breaker_for(&self, key: Option<&str>) -> Arc<Breaker> {
+        if !self.is_cluster() {
+            return self.nodes.breaker(SINGLE_NODE);
+        }
+        if self.nodes.slots_due() && !self.nodes.reading.swap(true, Ordering::AcqRel) {
+            let client = self.clone();
+            tokio::spawn(async move {
+                match client.shard_map().await {
+                    Ok(Some(map)) => {
+                        *client
+                            .nodes
+                            .slots
+                            .write()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner) = map;
+                        *client
+                            .nodes
+                            .slots_read
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+                            Some(Instant::now());
+                    }
+                    Ok(None) => {}
+                    Err(e) => tracing::debug!(error = %e, "cannot read the Cluster's slots"),
+                }
+                client.nodes.reading.store(false, Ordering::Release);
+            });
+        }
+        let node = key
+            .and_then(|k| self.nodes.node_of_slot(keys::slot(k)))
+            .unwrap_or_else(|| UNMAPPED_NODE.to_owned());
+        self.nodes.breaker(&node)
     }
 
     /// Whether this is a Redis Cluster (commands are routed by slot).
@@ -136,35 +274,87 @@ impl RedisClient {
         matches!(self.conns.first(), Some(Conn::Cluster(_)))
     }
 
-    /// Sends one command on the next connection of the pool and waits at most the
-    /// configured deadline for its reply.
+    /// Sends one command (routed by its first key on a Cluster; `route_key` names it for the
+    /// node's breaker) and waits at most the client's deadline for its reply.
+    pub async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, Error> {
+        self.query_routed(cmd, None).await
+    }
+
+    /// [`RedisClient::query`] for a command whose first key is `route_key`.
+    pub async fn query_routed<T: redis::FromRedisValue>(
+        &self,
+        cmd: &redis::Cmd,
+        route_key: Option<&str>,
+    ) -> Result<T, Error> {
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        self.guarded(route_key, || self.send(cmd, deadline)).await
+    }
+
+    /// Runs `call` through the breaker of `route_key`'s node: refused at once while it is
+    /// open (but for its probe), and its outcome recorded.
+    async fn guarded<T, F>(
+        &self,
+        route_key: Option<&str>,
+        call: impl FnOnce() -> F,
+    ) -> Result<T, Error>
+    where
+        F: std::future::Future<Output = Result<T, Error>>,
+    {
+        let breaker = self.breaker_for(route_key);
+        let pass = breaker.pass(Instant::now());
+        if pass == Pass::Refused {
+            self.nodes.refused.fetch_add(1, Ordering::Relaxed);
+            return Err(Error::BreakerOpen(breaker.node().to_owned()));
+        }
+        let result = call().await;
+        let reached = match &result {
+            Ok(_) => true,
+            Err(e) => !e.is_transient(),
+        };
+        breaker.record(pass, reached, Instant::now());
+        result
+    }
+
+    /// Sends `cmd` on the next connection of the pool, by `deadline`.
     ///
     /// When the connection turns out to be dead (Redis restarted, the socket was reset) the
-    /// connection manager reconnects and the command is sent once more. That second send can
-    /// double a consumption only if the first reached Redis and its reply was lost with the
-    /// connection, which is rare and errs by one request; surfacing every restart as a
-    /// failed check would be worse.
-    pub async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, Error> {
+    /// connection manager reconnects and the command is sent once more, within the same
+    /// deadline. A script call that changes counters carries an idempotency id (see
+    /// `lua/check.lua`), so that second send cannot consume twice.
+    async fn send<T: redis::FromRedisValue>(
+        &self,
+        cmd: &redis::Cmd,
+        deadline: tokio::time::Instant,
+    ) -> Result<T, Error> {
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len();
-        let result = self.query_on(i, cmd).await;
+        let result = self.send_on(i, cmd, deadline).await;
         match &result {
             Err(Error::Redis { source, .. })
                 if source.is_connection_dropped() || source.is_io_error() =>
             {
-                self.query_on(i, cmd).await
+                self.send_on(i, cmd, deadline).await
             }
             _ => result,
         }
     }
 
-    async fn query_on<T: redis::FromRedisValue>(
+    async fn send_on<T: redis::FromRedisValue>(
         &self,
         i: usize,
         cmd: &redis::Cmd,
+        deadline: tokio::time::Instant,
     ) -> Result<T, Error> {
-        match &self.conns[i] {
-            Conn::Single(conn) => within(self.timeout, cmd.query_async(&mut conn.clone())).await,
-            Conn::Cluster(conn) => within(self.timeout, cmd.query_async(&mut conn.clone())).await,
+        let reply = match &self.conns[i] {
+            Conn::Single(conn) => {
+                tokio::time::timeout_at(deadline, cmd.query_async(&mut conn.clone())).await
+            }
+            Conn::Cluster(conn) => {
+                tokio::time::timeout_at(deadline, cmd.query_async(&mut conn.clone())).await
+            }
+        };
+        match reply {
+            Ok(result) => Ok(result?),
+            Err(_) => Err(Error::Timeout(self.timeout)),
         }
     }
 
@@ -174,38 +364,95 @@ impl RedisClient {
         pipe: &redis::Pipeline,
     ) -> Result<T, Error> {
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len();
-        match &self.conns[i] {
-            Conn::Single(conn) => within(self.timeout, pipe.query_async(&mut conn.clone())).await,
-            Conn::Cluster(conn) => within(self.timeout, pipe.query_async(&mut conn.clone())).await,
-        }
+        self.guarded(None, || async {
+            match &self.conns[i] {
+                Conn::Single(conn) => {
+                    within(self.timeout, pipe.query_async(&mut conn.clone())).await
+                }
+                Conn::Cluster(conn) => {
+                    within(self.timeout, pipe.query_async(&mut conn.clone())).await
+                }
+            }
+        })
+        .await
     }
 
+    /// One `PING`, past the breakers (for `/readyz`, which reports open breakers apart).
     pub async fn ping(&self) -> Result<(), Error> {
-        let _: String = self.query(&redis::cmd("PING")).await?;
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let _: String = self.send(&redis::cmd("PING"), deadline).await?;
         Ok(())
     }
 
     /// Runs `script` (whose text is `source`) with the arguments `args` writes after the
     /// script: `EVALSHA`, and once more as `EVAL` when Redis answers `NOSCRIPT` (after a
     /// restart or `SCRIPT FLUSH`), which also loads it again; the caller never sees the error.
+    /// `route_key` is the script's first key: its node's breaker guards the call, and one
+    /// deadline covers both sends.
     pub async fn run_script<T: redis::FromRedisValue>(
         &self,
         script: &redis::Script,
         source: &str,
+        route_key: &str,
         args: impl Fn(&mut redis::Cmd),
     ) -> Result<T, Error> {
-        let mut evalsha = redis::cmd("EVALSHA");
-        evalsha.arg(script.get_hash());
-        args(&mut evalsha);
-        match self.query(&evalsha).await {
-            Err(Error::Redis { source: e, .. }) if e.kind() == redis::ErrorKind::NoScriptError => {
-                let mut eval = redis::cmd("EVAL");
-                eval.arg(source);
-                args(&mut eval);
-                self.query(&eval).await
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        self.guarded(Some(route_key), || async {
+            let mut evalsha = redis::cmd("EVALSHA");
+            evalsha.arg(script.get_hash());
+            args(&mut evalsha);
+            match self.send(&evalsha, deadline).await {
+                Err(Error::Redis { source: e, .. })
+                    if e.kind() == redis::ErrorKind::NoScriptError =>
+                {
+                    let mut eval = redis::cmd("EVAL");
+                    eval.arg(source);
+                    args(&mut eval);
+                    self.send(&eval, deadline).await
+                }
+                other => other,
             }
-            other => other,
+        })
+        .await
+    }
+
+    /// Cluster slot → master ("host:port"), read with `CLUSTER SLOTS`; `None` on a single
+    /// Redis.
+    pub async fn shard_map(&self) -> Result<Option<Vec<(u16, u16, String)>>, Error> {
+        if !self.is_cluster() {
+            return Ok(None);
         }
+        let mut cmd = redis::cmd("CLUSTER");
+        cmd.arg("SLOTS");
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let reply: redis::Value = self.send(&cmd, deadline).await?;
+        let mut ranges = Vec::new();
+        if let redis::Value::Array(entries) = reply {
+            for entry in entries {
+                let redis::Value::Array(parts) = entry else {
+                    continue;
+                };
+                let (Some(redis::Value::Int(start)), Some(redis::Value::Int(end))) =
+                    (parts.first(), parts.get(1))
+                else {
+                    continue;
+                };
+                let Some(redis::Value::Array(master)) = parts.get(2) else {
+                    continue;
+                };
+                let host = match master.first() {
+                    Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+                    _ => continue,
+                };
+                let port = match master.get(1) {
+                    Some(redis::Value::Int(p)) => *p,
+                    _ => continue,
+                };
+                ranges.push((*start as u16, *end as u16, format!("{host}:{port}")));
+            }
+        }
+        ranges.sort();
+        Ok(Some(ranges))
     }
 }
 

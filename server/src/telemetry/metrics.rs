@@ -36,6 +36,10 @@ pub struct Metrics {
     pub live: Arc<Recorder>,
     /// Active keys of every tenant, as the dashboards last counted them.
     pub active_keys: IntGauge,
+    /// 1 while the circuit breaker of a Redis node is open.
+    redis_breaker_open: IntGaugeVec,
+    /// Calls answered at once, without Redis, because a breaker was open.
+    redis_breaker_refused: prometheus::IntCounter,
 }
 
 const LATENCY_BUCKETS: [f64; 14] = [
@@ -115,8 +119,23 @@ impl Metrics {
             "Active buckets of all tenants: checked in the last 5 to 6 minutes on Redis (HyperLogLog, 0.81% standard error), live in process.",
         )
         .expect("valid metric");
+        let redis_breaker_open = IntGaugeVec::new(
+            Opts::new(
+                "redis_breaker_open",
+                "1 while the circuit breaker of a Redis node (a Cluster master) is open.",
+            ),
+            &["node"],
+        )
+        .expect("valid metric");
+        let redis_breaker_refused = prometheus::IntCounter::new(
+            "redis_breaker_refused_total",
+            "Redis calls answered at once, without Redis, because their node's breaker was open.",
+        )
+        .expect("valid metric");
         for collector in [
-            Box::new(active_keys.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(redis_breaker_open.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(redis_breaker_refused.clone()),
+            Box::new(active_keys.clone()),
             Box::new(build_info),
             Box::new(http_requests.clone()),
             Box::new(http_duration.clone()),
@@ -145,6 +164,8 @@ impl Metrics {
             cache_lookups,
             live: Arc::default(),
             active_keys,
+            redis_breaker_open,
+            redis_breaker_refused,
         }
     }
 
@@ -186,6 +207,20 @@ impl Metrics {
         self.http_requests
             .with_label_values(&[method, route, status])
             .inc();
+    }
+
+    /// The Redis breakers' state as the client reports it: each node's (open or not), and
+    /// the calls refused so far. Called when `/metrics` is read.
+    pub fn redis_breakers(&self, nodes: &[(String, bool)], refused: u64) {
+        for (node, open) in nodes {
+            self.redis_breaker_open
+                .with_label_values(&[node.as_str()])
+                .set(i64::from(*open));
+        }
+        let counted = self.redis_breaker_refused.get();
+        if refused > counted {
+            self.redis_breaker_refused.inc_by(refused - counted);
+        }
     }
 
     /// Counts one cache lookup.

@@ -30,6 +30,11 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
 
 /// `GET /metrics`.
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    if let Some(redis) = state.limiter.redis() {
+        state
+            .metrics
+            .redis_breakers(&redis.breakers(), redis.refused());
+    }
     (
         [(CONTENT_TYPE, "text/plain; version=0.0.4")],
         state.metrics.render(),

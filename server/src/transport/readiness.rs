@@ -34,8 +34,17 @@ pub async fn probe(db: &Db, limiter: &Limiter) -> Readiness {
     let (database, redis) =
         tokio::join!(check("database", db.ping()), check("redis", limiter.ping()));
     let mut checks = vec![database];
-    if !matches!(limiter, Limiter::InProcess(_)) {
+    if let Some(client) = limiter.redis() {
         checks.push(redis);
+        // A node whose breaker is open gets no checks, whatever a PING says now.
+        let open = client.open_breakers();
+        if !open.is_empty() {
+            checks.push(Check {
+                name: "redis_breaker",
+                ok: false,
+                error: Some(format!("circuit breaker open for {}", open.join(", "))),
+            });
+        }
     }
     let down: Vec<&'static str> = checks.iter().filter(|c| !c.ok).map(|c| c.name).collect();
     let status = if down.is_empty() {

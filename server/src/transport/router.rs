@@ -25,10 +25,13 @@ pub fn router(state: AppState) -> Router {
     let routes = generate_route_list(app::App);
     let console = state.console.clone();
     let options = state.leptos_options.clone();
-    Router::new()
+    let mut router = Router::new()
         .route("/healthz", get(ops::healthz))
-        .route("/readyz", get(ops::readyz))
-        .route("/metrics", get(ops::metrics))
+        .route("/readyz", get(ops::readyz));
+    if !state.metrics_apart {
+        router = router.route("/metrics", get(ops::metrics));
+    }
+    router
         .route(
             "/v1/check",
             post(check::check).layer(axum::extract::DefaultBodyLimit::max(check::MAX_BODY_BYTES)),

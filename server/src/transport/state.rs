@@ -33,6 +33,9 @@ pub struct App {
     pub dashboard: Dashboard,
     /// Whether the session cookie is marked `Secure` (`SLUICE_SECURE_COOKIES`).
     pub secure_cookies: bool,
+    /// `/metrics` has a listener of its own (`SLUICE_METRICS_LISTEN`), so the main one
+    /// does not serve it.
+    pub metrics_apart: bool,
 }
 
 impl Deref for AppState {

@@ -206,5 +206,9 @@ async fn metrics_can_have_their_own_listener() {
         .await
         .unwrap();
     assert!(text.contains("sluice_build_info"), "{text}");
+    // ... and only there: the main listener does not serve it.
+    let main = app.get("/metrics").await;
+    assert_eq!(main.status(), 404);
+    assert!(!main.text().await.unwrap().contains("sluice_build_info"));
     drop(dir);
 }

@@ -22,4 +22,5 @@ mod health;
 mod lifecycle;
 mod limiter;
 mod openapi;
+mod redis_failure;
 mod store;

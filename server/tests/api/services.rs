@@ -148,6 +148,26 @@ impl RedisServer {
         }
     }
 
+    /// Freezes the process (SIGSTOP): it keeps its connections and answers nothing, as a
+    /// hung server would.
+    pub fn pause(&self) {
+        self.signal("STOP");
+    }
+
+    /// Lets a paused process run again (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("CONT");
+    }
+
+    fn signal(&self, name: &str) {
+        let child = self.child.as_ref().expect("a running redis-server");
+        let status = Command::new("kill")
+            .args(["-s", name, &child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -s {name}");
+    }
+
     /// Starts the process again on the same port.
     pub fn restart(&mut self) {
         self.stop();

@@ -1,0 +1,266 @@
+//! Redis failing under Sluice: one deadline per check covers every attempt, and a circuit
+//! breaker per node answers checks at once with their failure mode while Redis keeps failing,
+//! then closes by itself when Redis answers again.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use sluice::config::Config;
+
+use crate::helpers::{rule, setup_tenant, spawn_app, TestApp};
+use crate::services::{shared_postgres, RedisServer};
+
+/// The deadline of these tests' instances.
+const DEADLINE_MS: u64 = 200;
+
+async fn distributed(redis: &RedisServer) -> TestApp {
+    let mut config = Config::embedded(tempfile::tempdir().unwrap().path().to_path_buf());
+    config.database_url = Some(shared_postgres().fresh_database().await);
+    config.redis_url = Some(redis.url());
+    config.redis_timeout_ms = DEADLINE_MS;
+    spawn_app(config).await
+}
+
+#[tokio::test]
+async fn a_hung_redis_costs_one_deadline_per_check_then_the_breaker_answers_at_once() {
+    let redis = RedisServer::start();
+    let app = distributed(&redis).await;
+    let op = app.operator_key().await;
+    let mut open = rule("open", "exact", Some("GET /open"), "gcra", 1000, 1000);
+    open["failure_mode"] = json!("open");
+    let closed = rule("closed", "exact", Some("GET /closed"), "gcra", 1000, 1000);
+    let t = setup_tenant(&app, &op, &[open, closed]).await;
+    let check = |route: &'static str| {
+        let app = &app;
+        let key = t.check_key.clone();
+        async move {
+            let started = Instant::now();
+            let (status, _, body) = app.check(&key, json!({ "route": route })).await;
+            (status, body, started.elapsed())
+        }
+    };
+    assert_eq!(check("GET /open").await.0, 200);
+    assert_eq!(
+        app.metric("sluice_redis_breaker_open{node=\"redis\"}")
+            .await,
+        0.0
+    );
+
+    redis.pause();
+    // Hung: each check waits for the one deadline, not one per attempt, and gets its
+    // failure mode. (The figures for a whole load are in docs/ARCHITECTURE.md.)
+    let (status, body, took) = check("GET /open").await;
+    assert_eq!(
+        (status, body["degraded"].as_str()),
+        (200, Some("fail_open")),
+        "{body}"
+    );
+    assert!(took >= Duration::from_millis(DEADLINE_MS), "{took:?}");
+    let (status, _, took_closed) = check("GET /closed").await;
+    assert_eq!(status, 503);
+    eprintln!("hung Redis: a fail-open check took {took:?}, a fail-closed one {took_closed:?}");
+    // A run of failures opens the breaker ...
+    let before = app.metric("sluice_redis_breaker_refused_total").await;
+    let mut calls = 0;
+    while app
+        .metric("sluice_redis_breaker_open{node=\"redis\"}")
+        .await
+        == 0.0
+    {
+        calls += 1;
+        assert!(calls <= 10, "the breaker opens after a run of failures");
+        assert_eq!(check("GET /open").await.0, 200);
+    }
+    // ... and then checks are answered without Redis, by their failure mode.
+    for _ in 0..20 {
+        assert_eq!(check("GET /open").await.0, 200);
+        assert_eq!(check("GET /closed").await.0, 503);
+    }
+    let refused = app.metric("sluice_redis_breaker_refused_total").await - before;
+    // Of 40 checks at most one per probe interval may go to Redis as the probe.
+    assert!(
+        refused >= 35.0,
+        "{refused} of 40 checks were refused without Redis"
+    );
+    let (status, _, ready) = app.call("GET", "/readyz", None, None).await;
+    assert_eq!(status, 503);
+    assert!(ready["down"].to_string().contains("redis"), "{ready}");
+
+    redis.resume();
+    // A probe finds Redis again and the breaker closes, with no restart.
+    let started = Instant::now();
+    loop {
+        let (status, body, _) = check("GET /closed").await;
+        if status == 200 && body.get("degraded").is_none() {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "recovers: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!("recovered {:?} after Redis came back", started.elapsed());
+    assert_eq!(
+        app.metric("sluice_redis_breaker_open{node=\"redis\"}")
+            .await,
+        0.0
+    );
+    assert_eq!(app.call("GET", "/readyz", None, None).await.0, 200);
+}
+
+#[tokio::test]
+async fn a_killed_redis_opens_the_breaker_and_its_return_closes_it() {
+    let mut redis = RedisServer::start();
+    let app = distributed(&redis).await;
+    let op = app.operator_key().await;
+    let mut open = rule("open", "exact", Some("GET /open"), "gcra", 1000, 1000);
+    open["failure_mode"] = json!("open");
+    let t = setup_tenant(&app, &op, &[open]).await;
+    let route = json!({ "route": "GET /open" });
+    assert_eq!(app.check(&t.check_key, route.clone()).await.0, 200);
+
+    redis.stop();
+    let mut calls = 0;
+    while app
+        .metric("sluice_redis_breaker_open{node=\"redis\"}")
+        .await
+        == 0.0
+    {
+        calls += 1;
+        assert!(calls <= 10, "the breaker opens after a run of failures");
+        let (status, _, body) = app.check(&t.check_key, route.clone()).await;
+        assert_eq!(
+            (status, body["degraded"].as_str()),
+            (200, Some("fail_open"))
+        );
+    }
+    redis.restart();
+    let started = Instant::now();
+    loop {
+        let (status, _, body) = app.check(&t.check_key, route.clone()).await;
+        if status == 200 && body.get("degraded").is_none() {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "recovers: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        app.metric("sluice_redis_breaker_open{node=\"redis\"}")
+            .await,
+        0.0
+    );
+}
+
+/// A TCP proxy in front of Redis that can lose one reply: once armed, the connection that
+/// sends the next `EVALSHA` has it delivered to Redis, and is closed before the reply comes
+/// back, as a network failure would.
+struct LossyProxy {
+    port: u16,
+    armed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    lost: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl LossyProxy {
+    async fn start(upstream: u16) -> Self {
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        use std::sync::Arc;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let armed = Arc::new(AtomicBool::new(false));
+        let lost = Arc::new(AtomicUsize::new(0));
+        let (armed_, lost_) = (armed.clone(), lost.clone());
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let server = tokio::net::TcpStream::connect(("127.0.0.1", upstream))
+                    .await
+                    .unwrap();
+                let (mut client_rx, mut client_tx) = client.into_split();
+                let (mut server_rx, mut server_tx) = server.into_split();
+                let doomed = Arc::new(AtomicBool::new(false));
+                let (armed, lost, doomed_up) = (armed_.clone(), lost_.clone(), doomed.clone());
+                tokio::spawn(async move {
+                    let mut buf = vec![0_u8; 64 * 1024];
+                    while let Ok(n) = client_rx.read(&mut buf).await {
+                        if n == 0 {
+                            break;
+                        }
+                        let sends_script = buf[..n].windows(7).any(|w| w == b"EVALSHA");
+                        if sends_script && armed.swap(false, Ordering::SeqCst) {
+                            doomed_up.store(true, Ordering::SeqCst);
+                            lost.fetch_add(1, Ordering::SeqCst);
+                        }
+                        if server_tx.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+                tokio::spawn(async move {
+                    let mut buf = vec![0_u8; 64 * 1024];
+                    while let Ok(n) = server_rx.read(&mut buf).await {
+                        if n == 0 || doomed.load(Ordering::SeqCst) {
+                            // The reply is dropped with the connection.
+                            break;
+                        }
+                        if client_tx.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                    let _ = client_tx.shutdown().await;
+                });
+            }
+        });
+        Self { port, armed, lost }
+    }
+}
+
+#[tokio::test]
+async fn a_check_resent_after_its_reply_was_lost_is_counted_once() {
+    use std::sync::atomic::Ordering;
+
+    use app::rules::{Algorithm, LimitSpec};
+    use sluice::config::LimiterTarget;
+    use sluice::limiter::{keys, CheckRequest, Limiter, RedisOptions, RuleCheck};
+
+    let redis = RedisServer::start();
+    let proxy = LossyProxy::start(redis.port).await;
+    let options = RedisOptions {
+        timeout: Duration::from_secs(2),
+        connections: 1,
+    };
+    let target = LimiterTarget::Redis(format!("redis://127.0.0.1:{}", proxy.port));
+    let limiter = Limiter::connect(&target, options).await.unwrap();
+    let tenant = uuid::Uuid::new_v4().to_string();
+    let key = keys::bucket(&tenant, "r", None);
+    let request = CheckRequest {
+        tenant: tenant.clone(),
+        rules: vec![RuleCheck {
+            key: key.clone(),
+            spec: LimitSpec::new(Algorithm::FixedWindow, 10, 60_000),
+            cost: 1,
+            shadow: false,
+        }],
+        request_id: None,
+        now_ms: None,
+        dry_run: false,
+    };
+    let first = limiter.check(&request).await.unwrap();
+    assert!(first.allowed && !first.deduplicated);
+    assert_eq!(redis.cli(&["HGET", &key, "v"]).trim(), "1");
+
+    proxy.armed.store(true, Ordering::SeqCst);
+    let resent = limiter.check(&request).await.unwrap();
+    assert_eq!(proxy.lost.load(Ordering::SeqCst), 1, "a reply was lost");
+    assert!(resent.allowed);
+    assert!(
+        resent.deduplicated,
+        "the resend found the first send's record"
+    );
+    // Two checks, two units: the lost reply's call ran once, not twice.
+    assert_eq!(redis.cli(&["HGET", &key, "v"]).trim(), "2");
+}
