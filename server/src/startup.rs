@@ -16,7 +16,7 @@ use tokio::task::JoinHandle;
 use crate::admin::AdminService;
 use crate::cache::Caches;
 use crate::config::{Config, LimiterTarget};
-use crate::dashboard::{self, Dashboard};
+use crate::dashboard::{self, Dashboard, LiveInstances};
 use crate::decide::{CompiledTenant, Decider, Identities, UsageRecorder};
 use crate::limiter::Limiter;
 use crate::propagation::{self, Bus};
@@ -94,12 +94,14 @@ impl Application {
         let metrics = Metrics::new(mode, db.dialect().as_str(), limiter.kind().as_str());
         let caches: Caches<CompiledTenant> = Caches::default();
         let bus = Bus::new(caches.clone(), limiter.redis().cloned());
+        let live = LiveInstances::default();
         let dashboard = Dashboard::new(
             &metrics,
             &limiter,
             connect_series(&config).await?,
             db.clone(),
             mode,
+            live.clone(),
         );
 
         // The decision core and the admin service.
@@ -110,7 +112,7 @@ impl Application {
             metrics: metrics.clone(),
             usage: usage.clone(),
         };
-        let decider = Decider::new(limiter.clone(), metrics.clone());
+        let decider = Decider::new(limiter.clone(), metrics.clone(), live);
         let admin = AdminService::new(db.clone(), bus.clone(), decider.clone());
         let bootstrap_password = if embedded {
             bootstrap_operator(&admin, config.admin_password.as_deref()).await?

@@ -83,11 +83,14 @@ pub enum FailureMode {
     Closed,
     /// Allow, and count the request as a fail-open allow.
     Open,
+    /// Keep limiting in each instance's memory with an equal share of the limit (the limit ÷
+    /// the instances alive), and mark the answer `degraded: "local"`.
+    Local,
 }
 
 impl FailureMode {
     pub fn parse(s: &str) -> Option<Self> {
-        [FailureMode::Closed, FailureMode::Open]
+        [FailureMode::Closed, FailureMode::Open, FailureMode::Local]
             .into_iter()
             .find(|m| m.as_str() == s)
     }
@@ -96,6 +99,7 @@ impl FailureMode {
         match self {
             FailureMode::Closed => "closed",
             FailureMode::Open => "open",
+            FailureMode::Local => "local",
         }
     }
 }

@@ -292,7 +292,8 @@ fn RuleRow(
         save_with(&|b: &mut RuleBody| {
             b.failure_mode = match b.failure_mode {
                 FailureMode::Closed => FailureMode::Open,
-                FailureMode::Open => FailureMode::Closed,
+                FailureMode::Open => FailureMode::Local,
+                FailureMode::Local => FailureMode::Closed,
             }
         })
     };
@@ -440,6 +441,7 @@ fn RuleEditor(tenant: Memo<String>, save: ServerAction<SaveRule>, form: RuleForm
                     <select id="rule-failure" prop:value=form.failure_mode on:change=text(form.failure_mode)>
                         <option value="closed">"fail closed: answer 503"</option>
                         <option value="open">"fail open: allow"</option>
+                        <option value="local">"limit locally: each instance keeps its share"</option>
                     </select>
                     <span></span>
                 </div>

@@ -120,7 +120,7 @@ impl AdminService {
         let limiter = Limiter::InProcess(MemoryBackend::new());
         let bus = Bus::new(Caches::default(), None);
         let metrics = Metrics::new("cli", db.dialect().as_str(), limiter.kind().as_str());
-        Self::new(db, bus, Decider::new(limiter, metrics))
+        Self::new(db, bus, Decider::new(limiter, metrics, Default::default()))
     }
 
     /// Whether `actor` may act on `tenant_id`, and the tenant if so: the one place that

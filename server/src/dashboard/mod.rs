@@ -47,6 +47,28 @@ const SLOW_EVERY: i64 = 5;
 /// The last HTML of each dashboard: (scope, range) → (its last second, the HTML).
 type Rendered = HashMap<(Scope, app::dashboard::Range), (i64, Arc<str>)>;
 
+/// How many instances are alive (a heartbeat within 5 s), as this instance last read the
+/// fleet; at least 1. The decision core divides a `local` rule's limit by it while Redis
+/// cannot decide. Cloning shares it.
+#[derive(Debug, Clone)]
+pub struct LiveInstances(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Default for LiveInstances {
+    fn default() -> Self {
+        Self(Arc::new(std::sync::atomic::AtomicUsize::new(1)))
+    }
+}
+
+impl LiveInstances {
+    pub fn get(&self) -> usize {
+        self.0.load(std::sync::atomic::Ordering::Relaxed).max(1)
+    }
+
+    fn set(&self, n: usize) {
+        self.0.store(n.max(1), std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// This instance's side of the dashboards. Cloning shares it.
 #[derive(Debug, Clone)]
 pub struct Dashboard {
@@ -67,6 +89,8 @@ struct Inner {
     /// The last HTML of each scope and range, with the second it ends at: every stream of the
     /// same dashboard shares one render per second.
     rendered: Mutex<Rendered>,
+    /// The instances alive, for the decision core's `local` failure mode.
+    live: LiveInstances,
     id: String,
     mode: String,
     limiter_kind: String,
@@ -88,6 +112,7 @@ impl Dashboard {
         series: Option<RedisClient>,
         db: Db,
         mode: &str,
+        live: LiveInstances,
     ) -> Self {
         let store = match (limiter, series) {
             (_, Some(redis)) => SeriesStore::Redis(redis),
@@ -106,12 +131,18 @@ impl Dashboard {
                 ticks,
                 stop: watch::channel(false).0,
                 rendered: Mutex::default(),
+                live,
                 id,
                 mode: mode.to_owned(),
                 limiter_kind: limiter.kind().as_str().to_owned(),
                 started_ms: now_ms(),
             }),
         }
+    }
+
+    /// The instances alive as last read (at least 1).
+    pub fn live_instances(&self) -> usize {
+        self.inner.live.get()
     }
 
     /// This instance's id in the fleet.
@@ -311,6 +342,10 @@ impl Dashboard {
         let mut view = self.view_mut();
         view.put_seconds(seconds, from, second);
         view.put_minutes(minutes, minute_from, minute);
+        // An in-process limiter is one instance's alone, whatever else shares the database.
+        if self.inner.limiter_kind != "in-process" {
+            self.inner.live.set(instances.len());
+        }
         view.instances = instances;
         Ok(())
     }

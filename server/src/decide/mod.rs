@@ -32,7 +32,8 @@ pub use identity::{Identities, UsageRecorder};
 pub use input::{CheckInput, InputError};
 pub use tenant::CompiledTenant;
 
-use crate::limiter::{CheckRequest, Limiter, LimiterError};
+use crate::dashboard::LiveInstances;
+use crate::limiter::{CheckRequest, Limiter, LimiterError, MemoryBackend};
 use crate::store::rules::Rule;
 use crate::telemetry::{Metrics, Outcome};
 
@@ -60,6 +61,9 @@ pub struct Decided {
     pub deciding: usize,
     /// When the decision was taken (Unix ms).
     pub now_ms: i64,
+    /// Decided in this instance's memory with its share of each limit, because the limiter
+    /// could not decide and the rules fail `local`.
+    pub local: bool,
 }
 
 impl Decided {
@@ -91,16 +95,25 @@ impl Answer {
     }
 }
 
-/// Takes decisions: the limiter, and the telemetry that counts them. Cheap to share.
+/// Takes decisions: the limiter, and the telemetry that counts them; for `local` rules
+/// while the limiter cannot decide, an in-process limiter and the count of live instances.
+/// Cheap to share.
 #[derive(Debug, Clone)]
 pub struct Decider {
     limiter: Limiter,
     metrics: Metrics,
+    fallback: MemoryBackend,
+    live: LiveInstances,
 }
 
 impl Decider {
-    pub fn new(limiter: Limiter, metrics: Metrics) -> Self {
-        Self { limiter, metrics }
+    pub fn new(limiter: Limiter, metrics: Metrics, live: LiveInstances) -> Self {
+        Self {
+            limiter,
+            metrics,
+            fallback: MemoryBackend::new(),
+            live,
+        }
     }
 
     /// Decides `input` against `tenant`'s rules: the most specific route rules plus every
@@ -148,7 +161,7 @@ impl Decider {
                 return Err(error.into());
             }
             Err(error) if mode == Mode::DryRun => return Err(error.into()),
-            Err(error) => return self.undecided(tenant_id, &rules, error, counted),
+            Err(error) => return self.undecided(&request, &rules, error, counted),
         };
         if outcome.decisions.len() != rules.len() {
             if counted {
@@ -184,18 +197,21 @@ impl Decider {
             decisions: outcome.decisions,
             deciding,
             now_ms: outcome.now_ms,
+            local: false,
         }))
     }
 
-    /// The limiter could not decide: any enforced fail-closed rule refuses (503 over HTTP),
-    /// otherwise the check is allowed and counted as failed open.
+    /// The limiter could not decide: any enforced fail-closed rule refuses (503 over HTTP);
+    /// otherwise the `local` rules decide in this instance ([`Decider::decide_locally`]), and
+    /// without any the check is allowed and counted as failed open.
     fn undecided(
         &self,
-        tenant_id: &str,
+        request: &CheckRequest,
         rules: &[Arc<Rule>],
         error: LimiterError,
         counted: bool,
     ) -> Result<Answer, DecideError> {
+        let tenant_id = request.tenant.as_str();
         let enforced: Vec<&Rule> = rules
             .iter()
             .map(AsRef::as_ref)
@@ -224,6 +240,13 @@ impl Decider {
                 first.body.name
             )));
         }
+        if enforced
+            .iter()
+            .any(|r| r.body.failure_mode == FailureMode::Local)
+        {
+            tracing::debug!(error = %error, "limiter unavailable; deciding locally");
+            return Ok(self.decide_locally(request, rules, counted));
+        }
         if counted {
             for rule in &enforced {
                 self.metrics
@@ -237,5 +260,53 @@ impl Decider {
             .or(rules.first().map(AsRef::as_ref))
             .map(|r| r.body.name.clone());
         Ok(Answer::FailedOpen { policy })
+    }
+
+    /// Decides the enforced `local` rules of `request` in this instance's memory, each with
+    /// an equal share of its limit and burst (÷ the live instances, at least 1 each); the
+    /// `open` rules of the same check allow. The buckets are this instance's own and start
+    /// full, so the fleet admits at most the limit (plus rounding up to 1 per instance) while
+    /// the count of instances is right; see docs/ARCHITECTURE.md for the bound.
+    fn decide_locally(&self, request: &CheckRequest, rules: &[Arc<Rule>], counted: bool) -> Answer {
+        let share = u64::try_from(self.live.get()).unwrap_or(u64::MAX);
+        let picked: Vec<usize> = (0..rules.len())
+            .filter(|&i| !rules[i].body.shadow && rules[i].body.failure_mode == FailureMode::Local)
+            .collect();
+        let local = CheckRequest {
+            tenant: request.tenant.clone(),
+            rules: picked
+                .iter()
+                .map(|&i| {
+                    let mut check = request.rules[i].clone();
+                    check.spec.limit = (check.spec.limit / share).max(1);
+                    check.spec.burst = check.spec.burst.map(|b| (b / share).max(1));
+                    check
+                })
+                .collect(),
+            request_id: request.request_id.clone(),
+            now_ms: request.now_ms,
+            dry_run: false,
+        };
+        let outcome = self.fallback.check(&local);
+        let rules: Vec<Arc<Rule>> = picked.iter().map(|&i| rules[i].clone()).collect();
+        let deciding = plan::deciding_rule(&rules, &outcome.decisions, outcome.allowed);
+        if counted {
+            let counted_as = if outcome.allowed {
+                Outcome::Allowed
+            } else {
+                Outcome::Denied
+            };
+            self.metrics
+                .outcome(&request.tenant, &rules[deciding].body.name, counted_as);
+            self.metrics.local_decision();
+        }
+        Answer::Decided(Decided {
+            allowed: outcome.allowed,
+            rules,
+            decisions: outcome.decisions,
+            deciding,
+            now_ms: outcome.now_ms,
+            local: true,
+        })
     }
 }

@@ -59,6 +59,7 @@ impl TryFrom<Row> for Rule {
         let failure_mode = match r.failure_mode.as_str() {
             "closed" => FailureMode::Closed,
             "open" => FailureMode::Open,
+            "local" => FailureMode::Local,
             other => return Err(corrupt("failure_mode", other)),
         };
         let algorithm = r

@@ -40,6 +40,8 @@ pub struct Metrics {
     redis_breaker_open: IntGaugeVec,
     /// Calls answered at once, without Redis, because a breaker was open.
     redis_breaker_refused: prometheus::IntCounter,
+    /// Checks decided in process because the limiter could not decide (`local` rules).
+    local_decisions: prometheus::IntCounter,
 }
 
 const LATENCY_BUCKETS: [f64; 14] = [
@@ -132,8 +134,14 @@ impl Metrics {
             "Redis calls answered at once, without Redis, because their node's breaker was open.",
         )
         .expect("valid metric");
+        let local_decisions = prometheus::IntCounter::new(
+            "local_decisions_total",
+            "Checks decided in this instance with its share of the limit, because the limiter could not decide (failure_mode local).",
+        )
+        .expect("valid metric");
         for collector in [
-            Box::new(redis_breaker_open.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(local_decisions.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(redis_breaker_open.clone()),
             Box::new(redis_breaker_refused.clone()),
             Box::new(active_keys.clone()),
             Box::new(build_info),
@@ -166,6 +174,7 @@ impl Metrics {
             active_keys,
             redis_breaker_open,
             redis_breaker_refused,
+            local_decisions,
         }
     }
 
@@ -221,6 +230,11 @@ impl Metrics {
         if refused > counted {
             self.redis_breaker_refused.inc_by(refused - counted);
         }
+    }
+
+    /// Counts one check decided in process by `local` rules.
+    pub fn local_decision(&self) {
+        self.local_decisions.inc();
     }
 
     /// Counts one cache lookup.

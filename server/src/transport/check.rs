@@ -38,7 +38,8 @@ pub struct CheckResponse {
     /// The cost exceeds the rule's capacity: retrying cannot help.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub never_fits: bool,
-    /// Set when the limiter could not decide and the rules fail open.
+    /// Set when the limiter could not decide: `fail_open` (the rules fail open, allowed) or
+    /// `local` (decided in this instance with its share of the limit).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub degraded: Option<&'static str>,
 }
@@ -97,12 +98,13 @@ async fn decide(
         .into_response()),
         Answer::Decided(decided) => {
             let (rule, decision) = decided.deciding();
-            Ok(respond(rule, decision, decided.allowed))
+            Ok(respond(rule, decision, decided.allowed, decided.local))
         }
     }
 }
 
-fn respond(rule: &Rule, decision: &Decision, allowed: bool) -> Response {
+/// The answer of a decision; `local` when this instance decided with its share of the limit.
+fn respond(rule: &Rule, decision: &Decision, allowed: bool, local: bool) -> Response {
     let never_fits = decision.verdict == Verdict::NeverFits;
     let remaining = decision.remaining.max(0.0).floor() as u64;
     let reset = seconds_up(decision.reset_after_ms);
@@ -115,7 +117,7 @@ fn respond(rule: &Rule, decision: &Decision, allowed: bool) -> Response {
         reset_after_ms: Some(decision.reset_after_ms),
         retry_after_ms: (!allowed && !never_fits).then_some(decision.retry_after_ms),
         never_fits,
-        degraded: None,
+        degraded: local.then_some("local"),
     };
     let status = if allowed {
         StatusCode::OK

@@ -239,7 +239,8 @@ fn schemas() -> Value {
             "period_ms": { "type": "integer", "minimum": 1, "maximum": MAX_PERIOD_MS },
             "burst": { "type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "description": "Bucket algorithms only; defaults to limit." },
             "penalty": { "type": "boolean", "default": false },
-            "failure_mode": { "type": "string", "enum": ["closed", "open"], "default": "closed" },
+            "failure_mode": { "type": "string", "enum": ["closed", "open", "local"], "default": "closed",
+                "description": "When the limiter cannot decide: closed answers 503, open allows, local limits in each instance with limit ÷ live instances." },
             "shadow": { "type": "boolean", "default": false },
             "enabled": { "type": "boolean", "default": true }
         }
@@ -275,7 +276,7 @@ fn schemas() -> Value {
                 "reset_after_ms": { "type": ["integer", "null"] },
                 "retry_after_ms": { "type": ["integer", "null"] },
                 "never_fits": { "type": "boolean", "description": "The cost exceeds the rule's capacity: do not retry." },
-                "degraded": { "type": "string", "enum": ["fail_open"], "description": "The limiter could not decide; a fail-open rule allowed." }
+                "degraded": { "type": "string", "enum": ["fail_open", "local"], "description": "The limiter could not decide: fail_open, a fail-open rule allowed; local, this instance decided with its share of the limit (limit ÷ live instances)." }
             }
         },
         "TenantCreate": { "type": "object", "required": ["name"], "additionalProperties": false,

@@ -264,3 +264,49 @@ async fn a_check_resent_after_its_reply_was_lost_is_counted_once() {
     // Two checks, two units: the lost reply's call ran once, not twice.
     assert_eq!(redis.cli(&["HGET", &key, "v"]).trim(), "2");
 }
+
+#[tokio::test]
+async fn three_instances_keep_a_local_rule_near_its_limit_while_redis_is_down() {
+    let mut redis = RedisServer::start();
+    let database = shared_postgres().fresh_database().await;
+    let mut apps = Vec::new();
+    for _ in 0..3 {
+        let mut config = Config::embedded(tempfile::tempdir().unwrap().path().to_path_buf());
+        config.database_url = Some(database.clone());
+        config.redis_url = Some(redis.url());
+        config.redis_timeout_ms = DEADLINE_MS;
+        apps.push(spawn_app(config).await);
+    }
+    let op = apps[0].operator_key().await;
+    let mut local = rule("local", "exact", Some("GET /local"), "fixed_window", 30, 600_000);
+    local["failure_mode"] = json!("local");
+    let t = setup_tenant(&apps[0], &op, &[local]).await;
+    // Every instance counts the fleet from the heartbeats before Redis goes.
+    let started = Instant::now();
+    while apps.iter().any(|a| a.dashboard.live_instances() != 3) {
+        assert!(started.elapsed() < Duration::from_secs(10), "the instances see each other");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    redis.stop();
+    let route = json!({ "route": "GET /local" });
+    let (mut admitted, mut denied) = (0, 0);
+    for round in 0..30 {
+        for app in &apps {
+            let (status, _, body) = app.check(&t.check_key, route.clone()).await;
+            assert_eq!(body["degraded"], "local", "round {round}: {status} {body}");
+            match status {
+                200 => admitted += 1,
+                429 => denied += 1,
+                other => panic!("{other}: {body}"),
+            }
+        }
+    }
+    eprintln!("Redis down, limit 30 over 3 instances: {admitted} admitted, {denied} denied of 90");
+    assert!(
+        (15..=33).contains(&admitted),
+        "{admitted} admitted: between half the limit and the limit plus 10%"
+    );
+    assert_eq!(admitted, 30, "each instance holds a third of 30");
+    assert!(apps[0].metric("sluice_local_decisions_total").await >= 30.0);
+}

@@ -67,7 +67,23 @@ on_both_databases!(
     sessions_round_trip_expire_and_are_deleted,
     a_change_whose_audit_event_fails_is_rolled_back,
     a_rotation_whose_audit_event_fails_changes_no_key,
+    every_failure_mode_is_stored,
 );
+
+/// The `local` failure mode came with a migration (a new CHECK; SQLite rebuilt the table).
+async fn every_failure_mode_is_stored(db: &Db) {
+    let tenant = tenants::insert(db, "acme").await.unwrap();
+    for (i, mode) in [FailureMode::Closed, FailureMode::Open, FailureMode::Local]
+        .into_iter()
+        .enumerate()
+    {
+        let mut rule = body(&format!("r{i}"));
+        rule.failure_mode = mode;
+        let stored = rules::insert(db, &tenant.id, &rule).await.unwrap();
+        let read = rules::get(db, &tenant.id, &stored.id).await.unwrap().unwrap();
+        assert_eq!(read.body.failure_mode, mode);
+    }
+}
 
 /// Runs one statement of the test's own on either database.
 async fn execute(db: &Db, sql: &str) {
