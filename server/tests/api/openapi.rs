@@ -1,5 +1,6 @@
 //! The OpenAPI document: valid per an OpenAPI validator, and true: every operation it lists
-//! is called here, and every answer's status is one it declares for that operation.
+//! is called here, each call answers the status the walk expects of it (EXPECTED), and every
+//! answer's status is one it declares for that operation.
 
 use std::path::Path;
 use std::process::Command;
@@ -54,6 +55,45 @@ async fn the_openapi_document_passes_an_openapi_validator() {
         "a broken document must fail validation"
     );
 }
+
+/// What each call of the walk must answer, in the order the walk makes them: every
+/// operation's success and the refusals it documents.
+const EXPECTED: &[(&str, &str, u16)] = &[
+    ("get", "/v1/openapi.json", 200),
+    ("post", "/v1/admin/tenants", 201),
+    ("post", "/v1/admin/tenants", 409),
+    ("get", "/v1/admin/tenants", 200),
+    ("get", "/v1/admin/tenants/{tenant}", 200),
+    ("get", "/v1/admin/tenants/{tenant}", 404),
+    ("post", "/v1/admin/tenants/{tenant}/keys", 201),
+    ("post", "/v1/admin/tenants/{tenant}/keys", 201),
+    ("post", "/v1/admin/tenants/{tenant}/keys", 400),
+    ("get", "/v1/admin/tenants/{tenant}/keys", 200),
+    ("get", "/v1/admin/tenants/{tenant}/keys", 403),
+    ("post", "/v1/admin/tenants/{tenant}/rules", 201),
+    ("get", "/v1/admin/tenants/{tenant}/rules", 200),
+    ("get", "/v1/admin/tenants/{tenant}/rules/{id}", 200),
+    ("put", "/v1/admin/tenants/{tenant}/rules/{id}", 200),
+    ("put", "/v1/admin/tenants/{tenant}/rules/{id}", 400),
+    ("post", "/v1/check", 200),
+    ("post", "/v1/check", 429),
+    ("post", "/v1/check", 400),
+    ("post", "/v1/check", 401),
+    ("post", "/v1/check", 403),
+    ("post", "/v1/admin/tenants/{tenant}/keys/{id}/rotate", 201),
+    ("post", "/v1/admin/tenants/{tenant}/keys/{id}/revoke", 200),
+    ("post", "/v1/admin/tenants/{tenant}/suspend", 200),
+    ("post", "/v1/admin/tenants/{tenant}/suspend", 403),
+    ("post", "/v1/admin/tenants/{tenant}/resume", 200),
+    ("get", "/v1/admin/tenants/{tenant}/audit", 200),
+    ("get", "/v1/admin/audit", 200),
+    ("get", "/v1/admin/audit", 200),
+    ("get", "/v1/admin/tenants/{tenant}/audit", 400),
+    ("post", "/v1/admin/tenants/{tenant}/simulate", 200),
+    ("post", "/v1/admin/tenants/{tenant}/simulate", 400),
+    ("delete", "/v1/admin/tenants/{tenant}/rules/{id}", 204),
+    ("delete", "/v1/admin/tenants/{tenant}/rules/{id}", 404),
+];
 
 /// Calls made in the walk: (method, path template, status).
 struct Walk<'a> {
@@ -332,7 +372,18 @@ async fn every_documented_operation_is_exercised_and_answers_a_documented_status
     w.call("DELETE", one_rule, &rule_path, Some(&admin), None)
         .await; // 404
 
-    // Every documented operation was called ...
+    // Each call answered exactly the status the walk expects of it, in order ...
+    assert_eq!(w.calls.len(), EXPECTED.len(), "{:#?}", w.calls);
+    for (i, ((method, template, status), (want_method, want_template, want))) in
+        w.calls.iter().zip(EXPECTED).enumerate()
+    {
+        assert_eq!(
+            (method.as_str(), template.as_str(), *status),
+            (*want_method, *want_template, *want),
+            "call {i}"
+        );
+    }
+    // ... every documented operation was called ...
     let paths = document["paths"].as_object().unwrap();
     let mut operations = 0;
     for (template, item) in paths {

@@ -278,13 +278,23 @@ async fn three_instances_keep_a_local_rule_near_its_limit_while_redis_is_down() 
         apps.push(spawn_app(config).await);
     }
     let op = apps[0].operator_key().await;
-    let mut local = rule("local", "exact", Some("GET /local"), "fixed_window", 30, 600_000);
+    let mut local = rule(
+        "local",
+        "exact",
+        Some("GET /local"),
+        "fixed_window",
+        30,
+        600_000,
+    );
     local["failure_mode"] = json!("local");
     let t = setup_tenant(&apps[0], &op, &[local]).await;
     // Every instance counts the fleet from the heartbeats before Redis goes.
     let started = Instant::now();
     while apps.iter().any(|a| a.dashboard.live_instances() != 3) {
-        assert!(started.elapsed() < Duration::from_secs(10), "the instances see each other");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the instances see each other"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 

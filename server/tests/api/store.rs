@@ -80,7 +80,10 @@ async fn every_failure_mode_is_stored(db: &Db) {
         let mut rule = body(&format!("r{i}"));
         rule.failure_mode = mode;
         let stored = rules::insert(db, &tenant.id, &rule).await.unwrap();
-        let read = rules::get(db, &tenant.id, &stored.id).await.unwrap().unwrap();
+        let read = rules::get(db, &tenant.id, &stored.id)
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(read.body.failure_mode, mode);
     }
 }
