@@ -6,6 +6,12 @@
 //! a time-based refresh is only a safety net. When the database is down a stale entry keeps
 //! serving: [`Lookup::Stale`] tells the caller to try a reload and fall back to it.
 //!
+//! After a lost subscription to admin changes, [`Caches::mark_stale`] makes every entry stale
+//! rather than dropping it: each is reloaded on its next use, and while the database cannot
+//! answer it keeps serving, so a Redis blip does not send every key and tenant to the database
+//! at once. [`Loads`] lets one load per key or tenant run at a time; the others wait for it and
+//! read its result from the cache.
+//!
 //! Every drop or clear bumps a generation counter. A loader reads the generation before it
 //! queries the store and stores its result only if no drop happened meanwhile, so a row read
 //! just before a revocation cannot be cached after the revocation was announced.
@@ -221,6 +227,24 @@ impl<T> Caches<T> {
         tenants.remove(tenant_id);
     }
 
+    /// Makes every entry stale (reloaded on its next use, served while the store is down)
+    /// and forgets the unknown keys: changes may have been missed.
+    pub fn mark_stale(&self) {
+        let mut keys = write(&self.keys);
+        let mut tenants = write(&self.tenants);
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        let long_ago = Instant::now()
+            .checked_sub(REFRESH_AFTER)
+            .unwrap_or_else(Instant::now);
+        for entry in keys.values_mut() {
+            entry.loaded = entry.loaded.min(long_ago);
+        }
+        for entry in tenants.values_mut() {
+            entry.loaded = entry.loaded.min(long_ago);
+        }
+        write(&self.unknown).clear();
+    }
+
     pub fn clear(&self) {
         let mut keys = write(&self.keys);
         let mut tenants = write(&self.tenants);
@@ -228,6 +252,52 @@ impl<T> Caches<T> {
         keys.clear();
         tenants.clear();
         write(&self.unknown).clear();
+    }
+}
+
+/// One load at a time per key or tenant: a caller takes its turn, then looks in the cache
+/// again before going to the store, so concurrent misses of the same id cost one query.
+#[derive(Debug, Default)]
+pub struct Loads {
+    gates: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// A caller's turn to load one id; the next caller's turn starts when it is dropped.
+#[derive(Debug)]
+pub struct Turn<'a> {
+    loads: &'a Loads,
+    id: String,
+    gate: Arc<tokio::sync::Mutex<()>>,
+    _held: tokio::sync::OwnedMutexGuard<()>,
+}
+
+impl Loads {
+    fn gates(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<tokio::sync::Mutex<()>>>> {
+        self.gates
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Waits for the turn to load `id`.
+    pub async fn turn(&self, id: &str) -> Turn<'_> {
+        let gate = self.gates().entry(id.to_owned()).or_default().clone();
+        let held = gate.clone().lock_owned().await;
+        Turn {
+            loads: self,
+            id: id.to_owned(),
+            gate,
+            _held: held,
+        }
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        let mut gates = self.loads.gates();
+        // The map, this turn and its guard hold the gate: nobody else waits, forget it.
+        if Arc::strong_count(&self.gate) <= 3 {
+            gates.remove(&self.id);
+        }
     }
 }
 
@@ -257,6 +327,37 @@ mod tests {
         assert_eq!(caches.key("h"), Lookup::Miss);
         assert!(caches.put_key("h", key("k"), caches.generation()));
         assert!(matches!(caches.key("h"), Lookup::Fresh(_)));
+    }
+
+    #[test]
+    fn a_lost_subscription_makes_entries_stale_not_gone() {
+        let caches = Caches::<()>::default();
+        assert!(caches.put_key("h", key("k"), caches.generation()));
+        caches.put_unknown_key("u", caches.generation());
+        let before = caches.generation();
+        caches.mark_stale();
+        assert!(matches!(caches.key("h"), Lookup::Stale(_)));
+        assert_eq!(caches.key("u"), Lookup::Miss);
+        assert_ne!(caches.generation(), before, "loads in flight do not store");
+    }
+
+    #[tokio::test]
+    async fn one_load_per_id_at_a_time() {
+        let loads = Arc::new(Loads::default());
+        let first = loads.turn("a").await;
+        let waiting = {
+            let loads = loads.clone();
+            tokio::spawn(async move {
+                let _turn = loads.turn("a").await;
+            })
+        };
+        // Another id is not held up.
+        drop(loads.turn("b").await);
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "the second load of a waits");
+        drop(first);
+        waiting.await.unwrap();
+        assert!(loads.gates().is_empty(), "gates are forgotten once idle");
     }
 
     #[test]

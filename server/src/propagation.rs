@@ -6,7 +6,8 @@
 //! Every other instance drops the same entries; each message names the instance it came from,
 //! and an instance ignores its own (it dropped them already; dropping again would only evict
 //! entries loaded since, which hurts while the database is down). After a lost subscription
-//! the subscriber clears all caches when it is back, since it may have missed changes. A
+//! the subscriber marks every cached entry stale when it is back, since it may have missed
+//! changes: each is reloaded on its next use, and keeps serving while the database is down. A
 //! starting instance waits for its first subscription before it serves. In embedded mode
 //! there is one instance and the local drop is the whole story.
 
@@ -17,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cache::Caches;
 use crate::redis_client::{keys, RedisClient};
+use crate::telemetry::Metrics;
 
 /// The pub/sub channel of admin changes.
 pub const CHANNEL: &str = keys::CHANGES;
@@ -108,6 +110,7 @@ impl<T> Bus<T> {
 /// published by `origin` (this instance). `subscribed` is notified at every (re)subscription.
 pub fn spawn_subscriber<T: Send + Sync + 'static>(
     caches: Caches<T>,
+    metrics: Metrics,
     urls: Vec<String>,
     origin: String,
     subscribed: std::sync::Arc<tokio::sync::Notify>,
@@ -120,7 +123,8 @@ pub fn spawn_subscriber<T: Send + Sync + 'static>(
             match subscribe(url).await {
                 Ok(pubsub) => {
                     // Changes may have been missed while unsubscribed.
-                    caches.clear();
+                    caches.mark_stale();
+                    metrics.change_subscription();
                     subscribed.notify_one();
                     let mut messages = pubsub.into_on_message();
                     while let Some(message) = messages.next().await {

@@ -111,6 +111,7 @@ impl Application {
             caches: caches.clone(),
             metrics: metrics.clone(),
             usage: usage.clone(),
+            loads: Default::default(),
         };
         let decider = Decider::new(limiter.clone(), metrics.clone(), live);
         let admin = AdminService::new(db.clone(), bus.clone(), decider.clone());
@@ -127,7 +128,9 @@ impl Application {
         if let Limiter::InProcess(memory) = &limiter {
             tasks.keep(memory.spawn_sweeper(SWEEP));
         }
-        if let Some(subscriber) = subscribe_to_changes(&config, caches, bus.origin()).await {
+        if let Some(subscriber) =
+            subscribe_to_changes(&config, caches, metrics.clone(), bus.origin()).await
+        {
             tasks.keep(subscriber);
         }
 
@@ -335,6 +338,7 @@ async fn bootstrap_operator(
 async fn subscribe_to_changes(
     config: &Config,
     caches: Caches<CompiledTenant>,
+    metrics: Metrics,
     origin: &str,
 ) -> Option<JoinHandle<()>> {
     let urls = match config.limiter_target() {
@@ -343,7 +347,8 @@ async fn subscribe_to_changes(
         LimiterTarget::InProcess => return None,
     };
     let subscribed = Arc::new(tokio::sync::Notify::new());
-    let task = propagation::spawn_subscriber(caches, urls, origin.to_owned(), subscribed.clone());
+    let task =
+        propagation::spawn_subscriber(caches, metrics, urls, origin.to_owned(), subscribed.clone());
     if tokio::time::timeout(SUBSCRIBE_WAIT, subscribed.notified())
         .await
         .is_err()

@@ -12,7 +12,7 @@ use app::keys::{is_well_formed, sha256_hex, KeyKind};
 
 use super::error::DecideError;
 use super::tenant::CompiledTenant;
-use crate::cache::{CachedKey, Caches, Lookup};
+use crate::cache::{CachedKey, Caches, Loads, Lookup};
 use crate::store::{self, Db};
 use crate::telemetry::Metrics;
 
@@ -69,6 +69,8 @@ pub struct Identities {
     pub caches: Caches<CompiledTenant>,
     pub metrics: Metrics,
     pub usage: UsageRecorder,
+    /// One load per key or tenant at a time.
+    pub loads: Arc<Loads>,
 }
 
 impl Identities {
@@ -122,6 +124,14 @@ impl Identities {
     }
 
     async fn load_key(&self, hash: &str) -> Result<Option<CachedKey>, store::StoreError> {
+        let _turn = self.loads.turn(&format!("key:{hash}")).await;
+        // A load that ran while this one waited has filled the cache.
+        match self.caches.key(hash) {
+            Lookup::Fresh(key) => return Ok(Some(key)),
+            Lookup::Absent => return Ok(None),
+            Lookup::Stale(_) | Lookup::Miss => {}
+        }
+        self.metrics.cache_load("key");
         let generation = self.caches.generation();
         match store::keys::find_by_hash(&self.db, hash).await? {
             Some(key) => {
@@ -188,6 +198,11 @@ impl Identities {
         &self,
         tenant_id: &str,
     ) -> Result<Option<Arc<CompiledTenant>>, store::StoreError> {
+        let _turn = self.loads.turn(&format!("tenant:{tenant_id}")).await;
+        if let Lookup::Fresh(t) = self.caches.tenant(tenant_id) {
+            return Ok(Some(t));
+        }
+        self.metrics.cache_load("tenant");
         let generation = self.caches.generation();
         let Some(tenant) = store::tenants::get(&self.db, tenant_id).await? else {
             return Ok(None);

@@ -42,6 +42,10 @@ pub struct Metrics {
     redis_breaker_refused: prometheus::IntCounter,
     /// Checks decided in process because the limiter could not decide (`local` rules).
     local_decisions: prometheus::IntCounter,
+    /// Loads of keys and tenants from the store (cache misses and refreshes, coalesced).
+    cache_loads: IntCounterVec,
+    /// Subscriptions to admin changes made (the first, and each after a lost one).
+    change_subscriptions: prometheus::IntCounter,
 }
 
 const LATENCY_BUCKETS: [f64; 14] = [
@@ -139,8 +143,20 @@ impl Metrics {
             "Checks decided in this instance with its share of the limit, because the limiter could not decide (failure_mode local).",
         )
         .expect("valid metric");
+        let cache_loads = counter(
+            "cache_loads_total",
+            "Keys and tenants loaded from the store (one per id at a time, however many checks miss it).",
+            &["cache"],
+        );
+        let change_subscriptions = prometheus::IntCounter::new(
+            "change_subscriptions_total",
+            "Subscriptions to admin changes: the first, and one after each lost subscription (when every cached entry is marked stale).",
+        )
+        .expect("valid metric");
         for collector in [
             Box::new(local_decisions.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(cache_loads.clone()),
+            Box::new(change_subscriptions.clone()),
             Box::new(redis_breaker_open.clone()),
             Box::new(redis_breaker_refused.clone()),
             Box::new(active_keys.clone()),
@@ -175,6 +191,8 @@ impl Metrics {
             redis_breaker_open,
             redis_breaker_refused,
             local_decisions,
+            cache_loads,
+            change_subscriptions,
         }
     }
 
@@ -235,6 +253,16 @@ impl Metrics {
     /// Counts one check decided in process by `local` rules.
     pub fn local_decision(&self) {
         self.local_decisions.inc();
+    }
+
+    /// Counts one load of `cache` (`key` or `tenant`) from the store.
+    pub fn cache_load(&self, cache: &'static str) {
+        self.cache_loads.with_label_values(&[cache]).inc();
+    }
+
+    /// Counts one (re)subscription to admin changes.
+    pub fn change_subscription(&self) {
+        self.change_subscriptions.inc();
     }
 
     /// Counts one cache lookup.

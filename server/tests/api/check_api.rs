@@ -967,3 +967,67 @@ async fn a_steady_state_check_runs_no_sql_and_one_redis_command() {
         "{monitored}"
     );
 }
+
+#[tokio::test]
+async fn concurrent_misses_of_one_key_and_tenant_cost_one_load_each() {
+    let app = spawn_embedded().await;
+    let op = app.operator_key().await;
+    let t = setup_tenant(&app, &op, &[limited()]).await;
+    let loads = |cache: &'static str| {
+        let app = &app;
+        async move {
+            app.metric(&format!("sluice_cache_loads_total{{cache=\"{cache}\"}}"))
+                .await
+        }
+    };
+    let (keys_before, tenants_before) = (loads("key").await, loads("tenant").await);
+    // Neither the check key nor its tenant is cached yet: 50 checks miss both at once.
+    let checks = (0..50).map(|_| app.check(&t.check_key, json!({ "route": "GET /other" })));
+    for (status, _, body) in join_all(checks).await {
+        assert_eq!(status, 200, "{body}");
+    }
+    assert_eq!(loads("key").await - keys_before, 1.0, "one load of the key");
+    assert_eq!(
+        loads("tenant").await - tenants_before,
+        1.0,
+        "one load of the tenant"
+    );
+}
+
+#[tokio::test]
+async fn after_a_lost_subscription_cached_keys_keep_deciding_while_postgres_is_down() {
+    let postgres = PostgresServer::start();
+    let mut redis = RedisServer::start();
+    let app = distributed(&postgres.url("postgres"), &redis.url()).await;
+    let op = app.operator_key().await;
+    let t = setup_tenant(&app, &op, &[limited()]).await;
+    let route = json!({ "route": "GET /other" });
+    assert_eq!(app.check(&t.check_key, route.clone()).await.0, 200);
+    let subscriptions = "sluice_change_subscriptions_total";
+    assert_eq!(app.metric(subscriptions).await, 1.0);
+
+    // The database goes, then Redis blips: the subscription is lost and made again, and the
+    // instance may have missed changes meanwhile.
+    postgres.stop();
+    redis.restart();
+    let started = Instant::now();
+    while app.metric(subscriptions).await < 2.0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "subscribes again"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let stale_before = app
+        .metric("sluice_cache_lookups_total{cache=\"key\",result=\"stale\"}")
+        .await;
+    // The entries were marked stale, not dropped: with no database they keep deciding.
+    let (status, _, body) = app.check(&t.check_key, route).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        app.metric("sluice_cache_lookups_total{cache=\"key\",result=\"stale\"}")
+            .await
+            > stale_before,
+        "served from a stale entry"
+    );
+}
