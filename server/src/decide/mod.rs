@@ -229,7 +229,11 @@ impl Decider {
                         .outcome(tenant_id, &rule.body.name, Outcome::FailClosed);
                 }
             }
-            tracing::warn!(error = %error, policy = %first.body.name, "limiter unavailable; failing closed");
+            if quiet(&error) {
+                tracing::debug!(error = %error, policy = %first.body.name, "limiter unavailable; failing closed");
+            } else {
+                tracing::warn!(error = %error, policy = %first.body.name, "limiter unavailable; failing closed");
+            }
             return Err(DecideError::Undecided(format!(
                 "the limiter cannot decide right now ({}) and rule {:?} fails closed; retry shortly",
                 if error.is_transient() {
@@ -253,7 +257,11 @@ impl Decider {
                     .outcome(tenant_id, &rule.body.name, Outcome::FailOpen);
             }
         }
-        tracing::warn!(error = %error, "limiter unavailable; failing open");
+        if quiet(&error) {
+            tracing::debug!(error = %error, "limiter unavailable; failing open");
+        } else {
+            tracing::warn!(error = %error, "limiter unavailable; failing open");
+        }
         let policy = enforced
             .first()
             .copied()
@@ -309,4 +317,13 @@ impl Decider {
             local: true,
         })
     }
+}
+
+/// Whether a limiter failure is already told in the log: while a breaker is open its
+/// opening was logged once, and every check it refuses would only repeat it.
+fn quiet(error: &LimiterError) -> bool {
+    matches!(
+        error,
+        LimiterError::Redis(crate::redis_client::Error::BreakerOpen(_))
+    )
 }

@@ -320,3 +320,85 @@ async fn three_instances_keep_a_local_rule_near_its_limit_while_redis_is_down() 
     assert_eq!(admitted, 30, "each instance holds a third of 30");
     assert!(apps[0].metric("sluice_local_decisions_total").await >= 30.0);
 }
+
+#[tokio::test]
+async fn a_cluster_primary_failing_over_is_answered_by_the_failure_mode_and_recovers() {
+    use crate::services::RedisCluster;
+
+    let mut cluster = RedisCluster::start_with_replicas();
+    let mut config = Config::embedded(tempfile::tempdir().unwrap().path().to_path_buf());
+    config.database_url = Some(shared_postgres().fresh_database().await);
+    config.redis_cluster_nodes = cluster.urls();
+    config.redis_timeout_ms = DEADLINE_MS;
+    let app = spawn_app(config).await;
+    let op = app.operator_key().await;
+    let limit = 400;
+    let mut open = rule(
+        "open",
+        "exact",
+        Some("GET /open"),
+        "fixed_window",
+        limit,
+        600_000,
+    );
+    open["failure_mode"] = json!("open");
+    let t = setup_tenant(&app, &op, &[open]).await;
+    let route = json!({ "route": "GET /open" });
+    let slot = sluice::limiter::keys::slot(&sluice::limiter::keys::bucket(&t.id, "x", None));
+    let primary = cluster.master_of(slot);
+
+    // Under a steady stream of checks, the tenant's primary dies; its replica takes over.
+    let (mut decided, mut failed_open, mut slowest) = (0_u64, 0_u64, Duration::ZERO);
+    for _ in 0..100 {
+        let (status, _, body) = app.check(&t.check_key, route.clone()).await;
+        assert_eq!((status, body.get("degraded")), (200, None), "{body}");
+        decided += 1;
+    }
+    cluster.nodes[primary].stop();
+    let killed = Instant::now();
+    let mut outage: Option<Duration> = None;
+    let mut recovered = None;
+    while killed.elapsed() < Duration::from_secs(30) {
+        let started = Instant::now();
+        let (status, _, body) = app.check(&t.check_key, route.clone()).await;
+        let took = started.elapsed();
+        slowest = slowest.max(took);
+        assert_eq!(status, 200, "a fail-open rule never refuses: {body}");
+        if body.get("degraded").is_some() {
+            assert_eq!(body["degraded"], "fail_open", "{body}");
+            failed_open += 1;
+            outage.get_or_insert_with(|| killed.elapsed());
+        } else {
+            decided += 1;
+            if outage.is_some() && recovered.is_none() {
+                recovered = Some(killed.elapsed());
+            }
+            if recovered.is_some_and(|r| killed.elapsed() > r + Duration::from_secs(1)) {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let recovered = recovered.expect("checks are decided by Redis again, with no restart");
+    // What the promoted replica remembers: the counter is the decisions it saw; a write that
+    // the dead primary had not yet replicated is lost, and can be admitted once more.
+    let remaining = app.check(&t.check_key, route.clone()).await.2["remaining"]
+        .as_u64()
+        .unwrap();
+    decided += 1;
+    let counted = limit - remaining;
+    eprintln!(
+        "failover: {failed_open} checks failed open between the kill and {recovered:?}; slowest check {slowest:?}; \
+         {decided} decided by Redis, the promoted replica counts {counted} ({} lost)",
+        decided.saturating_sub(counted)
+    );
+    assert!(failed_open > 0, "the outage was seen");
+    assert!(
+        slowest < Duration::from_millis(DEADLINE_MS * 3),
+        "every check is answered near the deadline: {slowest:?}"
+    );
+    assert!(
+        counted <= decided,
+        "a failover never creates capacity from nothing"
+    );
+}

@@ -186,18 +186,38 @@ impl Drop for RedisServer {
     }
 }
 
-/// A private Redis Cluster of three masters (no replicas), stopped when dropped.
+/// A private Redis Cluster of three masters (with or without a replica each), stopped when
+/// dropped.
 pub struct RedisCluster {
     pub nodes: Vec<RedisServer>,
 }
 
 impl RedisCluster {
+    /// Three masters, no replicas.
     pub fn start() -> Self {
-        let nodes: Vec<RedisServer> = (0..3)
+        Self::start_with(0, "2000")
+    }
+
+    /// Three masters with a replica each, and a 1 s node timeout, so that a replica takes
+    /// over within a few seconds of its master's death.
+    pub fn start_with_replicas() -> Self {
+        Self::start_with(1, "1000")
+    }
+
+    fn start_with(replicas: usize, node_timeout_ms: &str) -> Self {
+        let nodes: Vec<RedisServer> = (0..3 * (1 + replicas))
             .map(|_| {
                 RedisServer::start_with(
                     free_port(true),
-                    &["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"],
+                    &[
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-node-timeout",
+                        node_timeout_ms,
+                        // A replica may take over however long ago it last heard its master.
+                        "--cluster-replica-validity-factor",
+                        "0",
+                    ],
                 )
             })
             .collect();
@@ -209,7 +229,7 @@ impl RedisCluster {
             .arg("--cluster")
             .arg("create")
             .args(&addresses)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .output()
@@ -225,8 +245,35 @@ impl RedisCluster {
                 redis_cli(node.port, &["CLUSTER", "INFO"])
                     .is_some_and(|info| info.contains("cluster_state:ok"))
             });
+            wait_until("replicas to sync", || {
+                redis_cli(node.port, &["INFO", "replication"]).is_some_and(|info| {
+                    !info.contains("role:slave") || info.contains("master_link_status:up")
+                })
+            });
         }
         Self { nodes }
+    }
+
+    /// The index of the node that is the master of `slot` now, from `CLUSTER SLOTS`.
+    pub fn master_of(&self, slot: u16) -> usize {
+        let owner = self.nodes[0].cli(&["CLUSTER", "SLOTS"]);
+        // redis-cli prints ranges as: start, end, then the master's ip and port, one a line.
+        let lines: Vec<&str> = owner.lines().map(str::trim).collect();
+        let mut i = 0;
+        while i + 3 < lines.len() {
+            if let (Ok(start), Ok(end)) = (lines[i].parse::<u16>(), lines[i + 1].parse::<u16>()) {
+                if (start..=end).contains(&slot) {
+                    let port: u16 = lines[i + 3].parse().expect("a master's port");
+                    return self
+                        .nodes
+                        .iter()
+                        .position(|n| n.port == port)
+                        .expect("the master is one of ours");
+                }
+            }
+            i += 1;
+        }
+        panic!("no master for slot {slot} in {owner}");
     }
 
     /// Seed node URLs, as `REDIS_CLUSTER_NODES` takes them.
