@@ -339,4 +339,58 @@ mod tests {
         key.revoked_at = Some(5);
         assert_eq!(key.state_at(10), KeyState::Revoked);
     }
+
+    mod properties {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        fn kind() -> impl Strategy<Value = KeyKind> {
+            prop_oneof![
+                Just(KeyKind::Check),
+                Just(KeyKind::Admin),
+                Just(KeyKind::Operator)
+            ]
+        }
+
+        proptest! {
+            #[test]
+            fn every_generated_key_has_the_shape_of_its_kind(
+                random in any::<[u8; KEY_BYTES]>(), kind in kind()
+            ) {
+                let key = format_key(kind, &random);
+                prop_assert!(is_well_formed(&key));
+                prop_assert!(key.starts_with(kind.key_prefix()));
+                let prefix = display_prefix(&key);
+                prop_assert!(prefix.starts_with(kind.key_prefix()) && key.starts_with(&prefix));
+                prop_assert!(is_sha256_hex(&sha256_hex(&key)));
+            }
+
+            #[test]
+            fn a_key_with_one_character_broken_is_not_a_key(
+                random in any::<[u8; KEY_BYTES]>(),
+                kind in kind(),
+                at in 0..(2 * KEY_BYTES),
+                bad in "[g-zG-Z_ .!-]",
+            ) {
+                let key = format_key(kind, &random);
+                let start = kind.key_prefix().len();
+                let broken = format!("{}{}{}", &key[..start + at], bad, &key[start + at + 1..]);
+                prop_assert!(!is_well_formed(&broken), "{}", broken);
+                prop_assert!(!is_well_formed(&key[..key.len() - 1]));
+                let longer = format!("{key}0");
+                prop_assert!(!is_well_formed(&longer));
+            }
+
+            #[test]
+            fn whatever_is_well_formed_has_a_kind_prefix_and_64_hex_digits(s in "\\PC{0,80}") {
+                if is_well_formed(&s) {
+                    let kind = [KeyKind::Check, KeyKind::Admin, KeyKind::Operator]
+                        .into_iter()
+                        .find(|k| s.starts_with(k.key_prefix()));
+                    prop_assert!(kind.is_some());
+                    prop_assert_eq!(s.len(), kind.unwrap().key_prefix().len() + 2 * KEY_BYTES);
+                }
+            }
+        }
+    }
 }

@@ -115,4 +115,72 @@ mod tests {
         let back: RuleInfo = serde_json::from_value(json).unwrap();
         assert_eq!(back, rule);
     }
+
+    mod properties {
+        use crate::rules::*;
+        use proptest::prelude::*;
+
+        fn body() -> impl Strategy<Value = RuleBody> {
+            (
+                "[ -~]{0,70}",
+                proptest::sample::select(MatchKind::ALL.to_vec()),
+                proptest::option::of("[ -~]{0,260}"),
+                prop_oneof![Just(Scope::Tenant), Just(Scope::Subject)],
+                proptest::sample::select(Algorithm::ALL.to_vec()),
+                prop_oneof![0..100u64, any::<u64>()],
+                prop_oneof![0..100_000u64, any::<u64>()],
+                proptest::option::of(prop_oneof![0..100u64, any::<u64>()]),
+                any::<bool>(),
+            )
+                .prop_map(
+                    |(
+                        name,
+                        match_kind,
+                        route,
+                        scope,
+                        algorithm,
+                        limit,
+                        period_ms,
+                        burst,
+                        penalty,
+                    )| RuleBody {
+                        name,
+                        match_kind,
+                        route,
+                        scope,
+                        algorithm,
+                        limit,
+                        period_ms,
+                        burst,
+                        penalty,
+                        failure_mode: FailureMode::Closed,
+                        shadow: false,
+                        enabled: true,
+                    },
+                )
+        }
+
+        proptest! {
+            /// What the console's form and the admin API accept, the limiter accepts: a body
+            /// without problems has a spec the limiter's own check lets through.
+            #[test]
+            fn a_rule_without_problems_is_one_the_limiter_takes(body in body()) {
+                let problems = body.problems();
+                if problems.is_empty() {
+                    prop_assert!(body.spec().validate().is_ok(), "{:?}", body);
+                    prop_assert!(body.limit >= 1 && body.period_ms >= MIN_PERIOD_MS);
+                } else {
+                    prop_assert!(problems.iter().all(|p| !p.message.is_empty()));
+                }
+            }
+
+            /// A body reads back from its JSON exactly, whatever its values.
+            #[test]
+            fn a_rule_round_trips_through_json(body in body()) {
+                let json = serde_json::to_string(&body).unwrap();
+                let back: RuleBody = serde_json::from_str(&json).unwrap();
+                prop_assert_eq!(back, body);
+            }
+        }
+    }
 }

@@ -252,4 +252,65 @@ mod tests {
         assert!(Cost::parse(0).is_err());
         assert!(RequestId::parse(&"r".repeat(MAX_REQUEST_ID_BYTES)).is_ok());
     }
+
+    mod properties {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #[test]
+            fn any_bytes_parse_or_name_the_field_at_fault(
+                bytes in proptest::collection::vec(any::<u8>(), 0..300)
+            ) {
+                if let Err(e) = CheckInput::parse_json(&bytes) {
+                    prop_assert!(["body", "route", "cost", "subject", "request_id"].contains(&e.field));
+                }
+            }
+
+            #[test]
+            fn any_json_object_parses_or_names_the_field_at_fault(
+                route in proptest::option::of("\\PC{0,300}"),
+                cost in proptest::option::of(any::<i64>()),
+                subject in proptest::option::of("\\PC{0,300}"),
+                request_id in proptest::option::of("\\PC{0,150}"),
+            ) {
+                let body = serde_json::json!({
+                    "route": route, "cost": cost, "subject": subject, "request_id": request_id
+                });
+                match CheckInput::parse_json(body.to_string().as_bytes()) {
+                    Ok(input) => {
+                        prop_assert_eq!(Some(input.route.as_str()), route.as_deref());
+                        prop_assert_eq!(input.cost.get(), cost.map_or(1, |c| c as u64));
+                    }
+                    Err(e) => prop_assert!(["route", "cost", "subject", "request_id"].contains(&e.field)),
+                }
+            }
+
+            #[test]
+            fn a_valid_body_reads_back_field_for_field(
+                route in "[A-Z]{3,7} /[a-z0-9/{}._-]{0,200}",
+                cost in 1..=MAX_COST,
+                subject in proptest::option::of("[ -~]{1,256}"),
+                request_id in proptest::option::of("[a-zA-Z0-9-]{1,128}"),
+            ) {
+                let body = serde_json::json!({
+                    "route": route, "cost": cost, "subject": subject, "request_id": request_id
+                });
+                let input = CheckInput::parse_json(body.to_string().as_bytes()).unwrap();
+                prop_assert_eq!(input.route.as_str(), route.as_str());
+                prop_assert_eq!(input.cost.get(), cost);
+                prop_assert_eq!(input.subject.as_ref().map(Subject::as_str), subject.as_deref());
+                prop_assert_eq!(input.request_id.as_ref().map(RequestId::as_str), request_id.as_deref());
+            }
+
+            #[test]
+            fn a_cost_outside_one_to_the_maximum_is_refused(
+                cost in prop_oneof![i64::MIN..1, (MAX_COST as i64 + 1)..i64::MAX]
+            ) {
+                let body = serde_json::json!({ "route": "GET /", "cost": cost });
+                let e = CheckInput::parse_json(body.to_string().as_bytes()).unwrap_err();
+                prop_assert_eq!(e.field, "cost");
+            }
+        }
+    }
 }

@@ -144,3 +144,135 @@ fn parse_reply(reply: Value, request: &CheckRequest) -> Result<CheckOutcome, Lim
         decisions,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limiter::RuleCheck;
+    use app::rules::LimitSpec;
+    use proptest::prelude::*;
+
+    fn args_of(cmd: &redis::Cmd) -> Vec<String> {
+        cmd.args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                redis::Arg::Cursor => "<cursor>".to_owned(),
+            })
+            .collect()
+    }
+
+    fn request() -> impl Strategy<Value = CheckRequest> {
+        let rule = (
+            proptest::sample::select(Algorithm::ALL.to_vec()),
+            1..1_000u64,
+            1..100_000u64,
+            proptest::option::of(1..1_000u64),
+            1..1_000u64,
+            any::<bool>(),
+            any::<bool>(),
+        );
+        (
+            proptest::collection::vec(rule, 1..=8),
+            proptest::option::of(0..i64::MAX / 2),
+        )
+            .prop_map(|(rules, now_ms)| CheckRequest {
+                tenant: "t".into(),
+                rules: rules
+                    .into_iter()
+                    .enumerate()
+                    .map(
+                        |(i, (algorithm, limit, period_ms, burst, cost, penalty, shadow))| {
+                            RuleCheck {
+                                key: keys::bucket("t", &format!("r{i}"), None),
+                                spec: LimitSpec {
+                                    algorithm,
+                                    limit,
+                                    period_ms,
+                                    burst,
+                                    penalty,
+                                },
+                                cost,
+                                shadow,
+                            }
+                        },
+                    )
+                    .collect(),
+                request_id: None,
+                now_ms,
+                dry_run: false,
+            })
+    }
+
+    proptest! {
+        /// The arguments are laid out as `lua/check.lua`'s header documents them.
+        #[test]
+        fn script_arguments_follow_the_scripts_header(
+            request in request(),
+            ttl in prop_oneof![Just(-1_i64), Just(0), 1..600_000_i64],
+        ) {
+            let mut cmd = redis::cmd("EVALSHA");
+            cmd.arg("sha");
+            add_script_args(&mut cmd, &request, "slr:{t}:x", ttl);
+            let args = args_of(&cmd);
+            let n = request.rules.len();
+            prop_assert_eq!(args.len(), 3 + (n + 2) + 3 + 7 * n);
+            prop_assert_eq!(&args[2], &(n + 2).to_string());
+            for (i, rule) in request.rules.iter().enumerate() {
+                prop_assert_eq!(&args[3 + i], &rule.key);
+            }
+            prop_assert_eq!(&args[3 + n], "slr:{t}:x");
+            let active = &args[4 + n];
+            prop_assert!(active.starts_with("slk:{t}:"), "{}", active);
+            let argv = &args[5 + n..];
+            prop_assert_eq!(&argv[0], &request.now_ms.map_or(String::new(), |t| t.to_string()));
+            prop_assert_eq!(&argv[1], &ttl.to_string());
+            prop_assert_eq!(&argv[2], &n.to_string());
+            for (i, rule) in request.rules.iter().enumerate() {
+                let at = 3 + 7 * i;
+                let expected = [
+                    algorithm_code(rule.spec.algorithm).to_string(),
+                    rule.spec.limit.to_string(),
+                    rule.spec.period_ms.to_string(),
+                    rule.spec.capacity().to_string(),
+                    rule.cost.to_string(),
+                    u8::from(rule.spec.penalty).to_string(),
+                    u8::from(rule.shadow).to_string(),
+                ];
+                prop_assert_eq!(&argv[at..at + 7], &expected[..]);
+            }
+        }
+
+        /// A reply in the documented shape reads back as the decisions it encodes.
+        #[test]
+        fn replies_read_back_exactly(
+            request in request(),
+            verdicts in proptest::collection::vec((prop_oneof![Just(1_i64), Just(0), Just(-1)], -1e6..1e6_f64, 0..i64::MAX / 2, 0..i64::MAX / 2), 8),
+            deduplicated in any::<bool>(),
+            allowed in any::<bool>(),
+            now in 0..i64::MAX / 2,
+        ) {
+            let mut items = vec![
+                Value::Int(i64::from(deduplicated)),
+                Value::Int(now),
+                Value::Int(i64::from(allowed)),
+            ];
+            for (v, remaining, reset, retry) in &verdicts[..request.rules.len()] {
+                items.push(Value::Int(*v));
+                items.push(Value::BulkString(format!("{remaining:.17e}").into_bytes()));
+                items.push(Value::Int(*reset));
+                items.push(Value::Int(*retry));
+            }
+            let outcome = parse_reply(Value::Array(items), &request).unwrap();
+            prop_assert_eq!((outcome.deduplicated, outcome.allowed, outcome.now_ms), (deduplicated, allowed, now));
+            for (d, (v, remaining, reset, retry)) in outcome.decisions.iter().zip(&verdicts) {
+                let verdict = match v { 1 => Verdict::Allow, 0 => Verdict::Deny, _ => Verdict::NeverFits };
+                prop_assert_eq!(d.verdict, verdict);
+                prop_assert_eq!(d.remaining, *remaining);
+                prop_assert_eq!((d.reset_after_ms, d.retry_after_ms), (*reset as u64, *retry as u64));
+            }
+            // A reply one rule short is refused, not misread.
+            let short = Value::Array(vec![Value::Int(0), Value::Int(now), Value::Int(1)]);
+            prop_assert!(parse_reply(short, &request).is_err());
+        }
+    }
+}
