@@ -312,30 +312,48 @@ impl RedisClient {
             Err(e) => !e.is_transient(),
         };
         breaker.record(pass, reached, Instant::now());
+        if pass == Pass::Probe && reached && self.conns.len() > 1 {
+            // Redis is back: let every connection of the pool reconnect now, off the check
+            // path, rather than one failed check each.
+            let client = self.clone();
+            tokio::spawn(async move { client.reconnect_all().await });
+        }
         result
+    }
+
+    /// Sends `PING` on every connection of the pool (each reconnects if it must).
+    async fn reconnect_all(&self) {
+        for i in 0..self.conns.len() {
+            let deadline = tokio::time::Instant::now() + self.timeout;
+            let _: Result<String, Error> = self.send_on(i, &redis::cmd("PING"), deadline).await;
+        }
     }
 
     /// Sends `cmd` on the next connection of the pool, by `deadline`.
     ///
-    /// When the connection turns out to be dead (Redis restarted, the socket was reset) the
-    /// connection manager reconnects and the command is sent once more, within the same
-    /// deadline. A script call that changes counters carries an idempotency id (see
+    /// When the connection turns out to be dead (Redis restarted, the socket was reset) its
+    /// connection manager reconnects, and the command is sent once more on it, then on each
+    /// other connection of the pool, all within the same deadline. A script call that changes counters carries an idempotency id (see
     /// `lua/check.lua`), so that second send cannot consume twice.
     async fn send<T: redis::FromRedisValue>(
         &self,
         cmd: &redis::Cmd,
         deadline: tokio::time::Instant,
     ) -> Result<T, Error> {
-        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len();
-        let result = self.send_on(i, cmd, deadline).await;
-        match &result {
-            Err(Error::Redis { source, .. })
-                if source.is_connection_dropped() || source.is_io_error() =>
-            {
-                self.send_on(i, cmd, deadline).await
+        let first = self.next.fetch_add(1, Ordering::Relaxed);
+        // The same connection once more (its manager has reconnected it), then each other
+        // connection of the pool in turn: after a restart they reconnect one by one.
+        let attempts = std::iter::once(first).chain((0..self.conns.len()).map(|k| first + k));
+        let mut result = Err(Error::Timeout(self.timeout));
+        for i in attempts {
+            result = self.send_on(i % self.conns.len(), cmd, deadline).await;
+            match &result {
+                Err(Error::Redis { source, .. })
+                    if source.is_connection_dropped() || source.is_io_error() => {}
+                _ => break,
             }
-            _ => result,
         }
+        result
     }
 
     async fn send_on<T: redis::FromRedisValue>(
