@@ -85,6 +85,8 @@ struct Entry<T> {
 /// The caches of one instance. Cloning shares them. `T` is what a tenant is cached as (the
 /// decision core's compiled tenant); this module does not look inside it.
 pub struct Caches<T> {
+    refresh_after: Duration,
+    negative_ttl: Duration,
     generation: Arc<AtomicU64>,
     keys: Arc<RwLock<HashMap<String, Entry<CachedKey>>>>,
     unknown: Arc<RwLock<HashMap<String, Instant>>>,
@@ -94,6 +96,8 @@ pub struct Caches<T> {
 impl<T> Clone for Caches<T> {
     fn clone(&self) -> Self {
         Self {
+            refresh_after: self.refresh_after,
+            negative_ttl: self.negative_ttl,
             generation: self.generation.clone(),
             keys: self.keys.clone(),
             unknown: self.unknown.clone(),
@@ -104,7 +108,17 @@ impl<T> Clone for Caches<T> {
 
 impl<T> Default for Caches<T> {
     fn default() -> Self {
+        Self::with_times(REFRESH_AFTER, NEGATIVE_TTL)
+    }
+}
+
+impl<T> Caches<T> {
+    /// Caches whose entries turn stale after `refresh_after` and whose unknown keys are
+    /// forgotten after `negative_ttl` ([`REFRESH_AFTER`] and [`NEGATIVE_TTL`] by default).
+    pub fn with_times(refresh_after: Duration, negative_ttl: Duration) -> Self {
         Self {
+            refresh_after,
+            negative_ttl,
             generation: Arc::default(),
             keys: Arc::default(),
             unknown: Arc::default(),
@@ -133,14 +147,14 @@ impl<T> Caches<T> {
     pub fn key(&self, hash: &str) -> Lookup<CachedKey> {
         if let Some(entry) = read(&self.keys).get(hash) {
             let value = entry.value.clone();
-            return if entry.loaded.elapsed() < REFRESH_AFTER {
+            return if entry.loaded.elapsed() < self.refresh_after {
                 Lookup::Fresh(value)
             } else {
                 Lookup::Stale(value)
             };
         }
         match read(&self.unknown).get(hash) {
-            Some(at) if at.elapsed() < NEGATIVE_TTL => Lookup::Absent,
+            Some(at) if at.elapsed() < self.negative_ttl => Lookup::Absent,
             _ => Lookup::Miss,
         }
     }
@@ -179,7 +193,8 @@ impl<T> Caches<T> {
         }
         let mut unknown = write(&self.unknown);
         if unknown.len() >= MAX_NEGATIVE {
-            unknown.retain(|_, at| at.elapsed() < NEGATIVE_TTL);
+            let ttl = self.negative_ttl;
+            unknown.retain(|_, at| at.elapsed() < ttl);
             if unknown.len() >= MAX_NEGATIVE {
                 unknown.clear();
             }
@@ -189,7 +204,7 @@ impl<T> Caches<T> {
 
     pub fn tenant(&self, tenant_id: &str) -> Lookup<Arc<T>> {
         match read(&self.tenants).get(tenant_id) {
-            Some(e) if e.loaded.elapsed() < REFRESH_AFTER => Lookup::Fresh(e.value.clone()),
+            Some(e) if e.loaded.elapsed() < self.refresh_after => Lookup::Fresh(e.value.clone()),
             Some(e) => Lookup::Stale(e.value.clone()),
             None => Lookup::Miss,
         }
@@ -234,7 +249,7 @@ impl<T> Caches<T> {
         let mut tenants = write(&self.tenants);
         self.generation.fetch_add(1, Ordering::SeqCst);
         let long_ago = Instant::now()
-            .checked_sub(REFRESH_AFTER)
+            .checked_sub(self.refresh_after)
             .unwrap_or_else(Instant::now);
         for entry in keys.values_mut() {
             entry.loaded = entry.loaded.min(long_ago);
@@ -327,6 +342,30 @@ mod tests {
         assert_eq!(caches.key("h"), Lookup::Miss);
         assert!(caches.put_key("h", key("k"), caches.generation()));
         assert!(matches!(caches.key("h"), Lookup::Fresh(_)));
+    }
+
+    #[test]
+    fn an_entry_turns_stale_after_the_refresh_interval() {
+        let caches = Caches::<u8>::with_times(Duration::from_millis(30), NEGATIVE_TTL);
+        assert!(caches.put_key("h", key("k"), caches.generation()));
+        caches.put_tenant("t", Arc::new(1), caches.generation());
+        assert!(matches!(caches.key("h"), Lookup::Fresh(_)));
+        assert!(matches!(caches.tenant("t"), Lookup::Fresh(_)));
+        std::thread::sleep(Duration::from_millis(40));
+        assert!(matches!(caches.key("h"), Lookup::Stale(_)));
+        assert!(matches!(caches.tenant("t"), Lookup::Stale(_)));
+        // A reload (or a stale entry re-stamped while the store is down) is fresh again.
+        assert!(caches.put_key("h", key("k"), caches.generation()));
+        assert!(matches!(caches.key("h"), Lookup::Fresh(_)));
+    }
+
+    #[test]
+    fn an_unknown_key_is_forgotten_after_the_negative_ttl() {
+        let caches = Caches::<()>::with_times(REFRESH_AFTER, Duration::from_millis(30));
+        caches.put_unknown_key("u", caches.generation());
+        assert_eq!(caches.key("u"), Lookup::Absent);
+        std::thread::sleep(Duration::from_millis(40));
+        assert_eq!(caches.key("u"), Lookup::Miss, "asked of the store again");
     }
 
     #[test]

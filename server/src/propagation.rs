@@ -73,11 +73,15 @@ impl<T> Bus<T> {
     /// A bus that drops changes from `caches` and publishes them on `redis` (none: one
     /// instance, the embedded mode or a command on the host).
     pub fn new(caches: Caches<T>, redis: Option<RedisClient>) -> Self {
-        let origin = uuid::Uuid::new_v4().to_string().into();
+        Self::with_origin(caches, redis, &uuid::Uuid::new_v4().to_string())
+    }
+
+    /// A bus that names this instance `origin` on the channel (the instance's id).
+    pub fn with_origin(caches: Caches<T>, redis: Option<RedisClient>, origin: &str) -> Self {
         Self {
             caches,
             redis,
-            origin,
+            origin: origin.into(),
         }
     }
 

@@ -89,19 +89,25 @@ impl Application {
 
         // Infrastructure.
         let db = open_store(&config).await?;
+        let background_db = open_background_store(&config, &db).await?;
         let limiter = connect_limiter(&config).await?;
         let (listener, metrics_listener) = bind(&config).await?;
         let metrics = Metrics::new(mode, db.dialect().as_str(), limiter.kind().as_str());
         let caches: Caches<CompiledTenant> = Caches::default();
-        let bus = Bus::new(caches.clone(), limiter.redis().cloned());
         let live = LiveInstances::default();
         let dashboard = Dashboard::new(
             &metrics,
             &limiter,
             connect_series(&config).await?,
-            db.clone(),
+            background_db.clone(),
             mode,
             live.clone(),
+        );
+        // Admin changes name this instance by its id in the fleet.
+        let bus = Bus::with_origin(
+            caches.clone(),
+            limiter.redis().cloned(),
+            dashboard.instance_id(),
         );
 
         // The decision core and the admin service.
@@ -123,8 +129,8 @@ impl Application {
 
         // Background tasks.
         tasks.keep(dashboard.spawn());
-        tasks.keep(usage.spawn_flusher(db.clone(), USAGE_FLUSH));
-        tasks.keep(spawn_session_cleanup(SqlSessionStore::new(db.clone())));
+        tasks.keep(usage.spawn_flusher(background_db.clone(), USAGE_FLUSH));
+        tasks.keep(spawn_session_cleanup(SqlSessionStore::new(background_db)));
         if let Limiter::InProcess(memory) = &limiter {
             tasks.keep(memory.spawn_sweeper(SWEEP));
         }
@@ -261,6 +267,22 @@ async fn open_store(config: &Config) -> anyhow::Result<Db> {
         .await
         .with_context(|| format!("cannot migrate the database at {}", redacted(&url)))?;
     Ok(db)
+}
+
+/// Step: the background tasks' own pool on PostgreSQL (`application_name`
+/// `sluice-background`: key usage, session clean-up, the dashboards' tenant names), so their
+/// statements never queue with requests' and are told apart from them; the same pool on
+/// SQLite.
+async fn open_background_store(config: &Config, db: &Db) -> anyhow::Result<Db> {
+    match db.dialect() {
+        crate::store::Dialect::Sqlite => Ok(db.clone()),
+        crate::store::Dialect::Postgres => {
+            let url = config.database_url();
+            Db::connect_as(&url, "sluice-background", 2)
+                .await
+                .with_context(|| format!("cannot open the database at {}", redacted(&url)))
+        }
+    }
 }
 
 /// Step: the limiter's backend. Redis must answer now, so a wrong `REDIS_URL` fails fast.

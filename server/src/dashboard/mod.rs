@@ -91,6 +91,8 @@ struct Inner {
     rendered: Mutex<Rendered>,
     /// The instances alive, for the decision core's `local` failure mode.
     live: LiveInstances,
+    /// The limiter's Redis client, whose breakers the fleet dashboard shows.
+    limiter_redis: Option<RedisClient>,
     id: String,
     mode: String,
     limiter_kind: String,
@@ -132,6 +134,7 @@ impl Dashboard {
                 stop: watch::channel(false).0,
                 rendered: Mutex::default(),
                 live,
+                limiter_redis: limiter.redis().cloned(),
                 id,
                 mode: mode.to_owned(),
                 limiter_kind: limiter.kind().as_str().to_owned(),
@@ -152,7 +155,13 @@ impl Dashboard {
 
     /// The frame of `scope` over `range`, from the view as last read.
     pub fn frame(&self, scope: &Scope, range: app::dashboard::Range) -> Frame {
-        self.view().frame(scope, range)
+        let mut frame = self.view().frame(scope, range);
+        if *scope == Scope::Fleet {
+            if let Some(redis) = &self.inner.limiter_redis {
+                frame.breakers_open = redis.open_breakers();
+            }
+        }
+        frame
     }
 
     fn view(&self) -> std::sync::RwLockReadGuard<'_, View> {

@@ -456,6 +456,19 @@ pub fn html(frame: &Frame) -> String {
             &frame.instances.len().to_string(),
             "heartbeat within 5 s",
         );
+        if !frame.in_process {
+            tile(
+                &mut out,
+                "tile-breakers",
+                "Redis breakers open",
+                &frame.breakers_open.len().to_string(),
+                &if frame.breakers_open.is_empty() {
+                    "this instance calls every Redis node".to_owned()
+                } else {
+                    frame.breakers_open.join(", ")
+                },
+            );
+        }
     }
     out.push_str("</div>");
 

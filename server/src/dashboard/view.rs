@@ -180,6 +180,8 @@ pub struct Frame {
     /// Over the last 10 seconds: decisions/s allowed and denied, and limiter latency.
     pub recent_rate: (f64, f64),
     pub recent_latency: Option<Latency>,
+    /// The Redis nodes whose circuit breaker is open in this instance (fleet scope only).
+    pub breakers_open: Vec<String>,
 }
 
 /// Rows in the top tables.
@@ -497,6 +499,7 @@ impl View {
                 recent_counts[Outcome::Denied.index()] as f64 / window,
             ),
             recent_latency: Latency::of(&recent_latency),
+            breakers_open: Vec::new(),
         }
     }
 }

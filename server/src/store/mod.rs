@@ -186,6 +186,17 @@ impl Db {
     /// missing. The pool connects lazily, so a database that is down at start-up is reported
     /// by [`Db::ping`] and `/readyz` rather than by a crash.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        Self::connect_as(url, "sluice", 16).await
+    }
+
+    /// [`Db::connect`] with its own PostgreSQL `application_name` and pool size, so that
+    /// `pg_stat_activity` and the server's log tell its statements apart (SQLite has no
+    /// such name).
+    pub async fn connect_as(
+        url: &str,
+        application_name: &str,
+        max_connections: u32,
+    ) -> Result<Self, StoreError> {
         if let Some(path) = url
             .strip_prefix("sqlite://")
             .or_else(|| url.strip_prefix("sqlite:"))
@@ -210,9 +221,9 @@ impl Db {
                 .await?;
             Ok(Db::Sqlite(pool))
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            let options = PgConnectOptions::from_str(url)?;
+            let options = PgConnectOptions::from_str(url)?.application_name(application_name);
             let pool = PgPoolOptions::new()
-                .max_connections(16)
+                .max_connections(max_connections)
                 .acquire_timeout(Duration::from_secs(2))
                 .connect_lazy_with(options);
             Ok(Db::Postgres(pool))

@@ -46,6 +46,8 @@ pub struct Metrics {
     cache_loads: IntCounterVec,
     /// Subscriptions to admin changes made (the first, and each after a lost one).
     change_subscriptions: prometheus::IntCounter,
+    /// HTTP requests being served now.
+    http_in_flight: IntGauge,
 }
 
 const LATENCY_BUCKETS: [f64; 14] = [
@@ -153,8 +155,14 @@ impl Metrics {
             "Subscriptions to admin changes: the first, and one after each lost subscription (when every cached entry is marked stale).",
         )
         .expect("valid metric");
+        let http_in_flight = IntGauge::new(
+            "http_requests_in_flight",
+            "HTTP requests being served now (graceful shutdown waits for them).",
+        )
+        .expect("valid metric");
         for collector in [
-            Box::new(local_decisions.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(http_in_flight.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(local_decisions.clone()),
             Box::new(cache_loads.clone()),
             Box::new(change_subscriptions.clone()),
             Box::new(redis_breaker_open.clone()),
@@ -193,6 +201,7 @@ impl Metrics {
             local_decisions,
             cache_loads,
             change_subscriptions,
+            http_in_flight,
         }
     }
 
@@ -224,6 +233,12 @@ impl Metrics {
     pub fn check_done(&self, elapsed: Duration) {
         self.decision_seconds.observe(elapsed.as_secs_f64());
         self.live.check(elapsed);
+    }
+
+    /// Marks one HTTP request as being served until the returned guard is dropped.
+    pub fn http_started(&self) -> InFlight {
+        self.http_in_flight.inc();
+        InFlight(self.http_in_flight.clone())
     }
 
     /// Counts one HTTP request by its route template.
@@ -278,5 +293,15 @@ impl Metrics {
             .encode(&self.registry.gather(), &mut buf)
             .expect("encoding into a Vec cannot fail");
         String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+/// One HTTP request being served ([`Metrics::http_started`]); dropping it ends it.
+#[derive(Debug)]
+pub struct InFlight(IntGauge);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }

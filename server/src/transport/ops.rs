@@ -48,6 +48,7 @@ pub async fn track(State(state): State<AppState>, request: Request, next: Next) 
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
     let method = request.method().as_str().to_owned();
+    let _in_flight = state.metrics.http_started();
     let started = std::time::Instant::now();
     let response = next.run(request).await;
     state.metrics.http_request(

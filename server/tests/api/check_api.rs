@@ -940,14 +940,21 @@ async fn a_steady_state_check_runs_no_sql_and_one_redis_command() {
         app.check(&t.check_key, route.clone()).await;
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let sql: Vec<String> = postgres.log()[log_before..]
+    let log = postgres.log()[log_before..].to_owned();
+    // Requests' statements come from the pool named `sluice`; the background tasks' (key
+    // usage every 10 s, the dashboards' tenant names every 5 s) from `sluice-background`.
+    let sql: Vec<&str> = log
         .lines()
+        .filter(|l| l.starts_with("app=sluice:"))
         .filter(|l| l.contains("statement:") || l.contains("execute"))
-        // The batched `last_used_at` writer runs off the check path, every 10 s; the
-        // dashboards read the tenants' names every 5 s.
-        .filter(|l| !l.contains("last_used_at") && !l.contains("FROM tenants ORDER BY name"))
-        .map(str::to_owned)
         .collect();
+    let setup = postgres.log()[..log_before].to_owned();
+    assert!(
+        setup
+            .lines()
+            .any(|l| l.starts_with("app=sluice:") && l.contains("api_keys")),
+        "the log names the application of the statements (the set-up's are there): {setup}"
+    );
     monitor.kill().unwrap();
     let monitored =
         String::from_utf8_lossy(&monitor.wait_with_output().unwrap().stdout).into_owned();
@@ -1029,5 +1036,50 @@ async fn after_a_lost_subscription_cached_keys_keep_deciding_while_postgres_is_d
             .await
             > stale_before,
         "served from a stale entry"
+    );
+}
+
+#[tokio::test]
+async fn an_instance_ignores_the_echo_of_its_own_changes_but_not_another_instances() {
+    let redis = RedisServer::start();
+    let app = distributed(&shared_postgres().fresh_database().await, &redis.url()).await;
+    let op = app.operator_key().await;
+    let mine = setup_tenant(&app, &op, &[limited()]).await;
+    let theirs = setup_tenant(&app, &op, &[limited()]).await;
+    let route = json!({ "route": "GET /other" });
+    for t in [&mine, &theirs] {
+        assert_eq!(app.check(&t.check_key, route.clone()).await.0, 200);
+    }
+    let misses = "sluice_cache_lookups_total{cache=\"tenant\",result=\"miss\"}";
+    let missed = app.metric(misses).await;
+    let publish = |origin: &str, tenant: &str| {
+        let message = json!({ "origin": origin, "kind": "tenant", "id": tenant }).to_string();
+        redis.cli(&["PUBLISH", "sluice:changes", &message])
+    };
+
+    // Its own change's echo for one tenant, then another instance's change for the other:
+    // one channel delivers them in that order.
+    assert_eq!(publish(app.dashboard.instance_id(), &mine.id).trim(), "1");
+    assert_eq!(publish("another-instance", &theirs.id).trim(), "1");
+    // Once the second has dropped its tenant (the next check of it misses) ...
+    let started = Instant::now();
+    loop {
+        assert_eq!(app.check(&theirs.check_key, route.clone()).await.0, 200);
+        if app.metric(misses).await > missed {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "another instance's change drops the tenant"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(app.metric(misses).await, missed + 1.0);
+    // ... the echo has been handled too, and it dropped nothing.
+    assert_eq!(app.check(&mine.check_key, route).await.0, 200);
+    assert_eq!(
+        app.metric(misses).await,
+        missed + 1.0,
+        "the echo dropped nothing"
     );
 }

@@ -85,6 +85,12 @@ async fn a_hung_redis_costs_one_deadline_per_check_then_the_breaker_answers_at_o
     let (status, _, ready) = app.call("GET", "/readyz", None, None).await;
     assert_eq!(status, 503);
     assert!(ready["down"].to_string().contains("redis"), "{ready}");
+    // The fleet dashboard shows it too.
+    let fleet = sluice::dashboard::view::Scope::Fleet;
+    let frame = app.dashboard.frame(&fleet, Default::default());
+    assert_eq!(frame.breakers_open, ["redis"]);
+    let html = app.dashboard.html(&fleet, Default::default());
+    assert!(html.contains(r#"data-testid="tile-breakers""#));
 
     redis.resume();
     // A probe finds Redis again and the breaker closes, with no restart.
@@ -401,4 +407,66 @@ async fn a_cluster_primary_failing_over_is_answered_by_the_failure_mode_and_reco
         counted <= decided,
         "a failover never creates capacity from nothing"
     );
+}
+
+#[tokio::test]
+async fn a_graceful_shutdown_lets_the_checks_in_flight_finish() {
+    let redis = RedisServer::start();
+    let mut config = Config::embedded(tempfile::tempdir().unwrap().path().to_path_buf());
+    config.database_url = Some(shared_postgres().fresh_database().await);
+    config.redis_url = Some(redis.url());
+    config.redis_timeout_ms = 1_000;
+    let app = spawn_app(config).await;
+    let op = app.operator_key().await;
+    let mut open = rule("open", "exact", Some("GET /open"), "gcra", 1000, 1000);
+    open["failure_mode"] = json!("open");
+    let t = setup_tenant(&app, &op, &[open]).await;
+    let route = json!({ "route": "GET /open" });
+    assert_eq!(app.check(&t.check_key, route.clone()).await.0, 200);
+
+    // Five checks wait on a hung Redis when the shutdown begins.
+    redis.pause();
+    let url = app.url("/v1/check");
+    let checks: Vec<_> = (0..5)
+        .map(|_| {
+            let (url, key, route) = (url.clone(), t.check_key.clone(), route.clone());
+            tokio::spawn(async move {
+                let response = reqwest::Client::new()
+                    .post(url)
+                    .header("x-api-key", key)
+                    .json(&route)
+                    .send()
+                    .await
+                    .expect("an answer, not a reset connection");
+                let status = response.status().as_u16();
+                (status, response.json::<serde_json::Value>().await.unwrap())
+            })
+        })
+        .collect();
+    let started = Instant::now();
+    while app.metric("sluice_http_requests_in_flight").await < 6.0 {
+        // Five checks, and this scrape itself.
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the checks are in flight"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let address = app.address;
+    app.shutdown().await.unwrap();
+    for check in checks {
+        let (status, body) = check.await.unwrap();
+        assert_eq!(
+            (status, body["degraded"].as_str()),
+            (200, Some("fail_open")),
+            "{body}"
+        );
+    }
+    assert!(
+        reqwest::get(format!("http://{address}/healthz"))
+            .await
+            .is_err(),
+        "stopped"
+    );
+    redis.resume();
 }

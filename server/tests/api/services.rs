@@ -298,7 +298,9 @@ impl PostgresServer {
 
     /// A server that logs every statement it runs (read with [`PostgresServer::log`]).
     pub fn start_logging_statements() -> Self {
-        Self::start_with("-c log_statement=all -c log_min_messages=warning")
+        Self::start_with(
+            "-c log_statement=all -c log_min_messages=warning -c log_line_prefix=app=%a:",
+        )
     }
 
     fn start_with(extra_options: &str) -> Self {
