@@ -325,9 +325,13 @@ async fn connect_series(config: &Config) -> anyhow::Result<Option<RedisClient>> 
         LimiterTarget::Redis(url) => Some(RedisClient::single(&url, options).await),
         LimiterTarget::Cluster(nodes) => Some(RedisClient::cluster(&nodes, options).await),
     };
-    series
+    let series = series
         .transpose()
-        .context("cannot reach Redis for the dashboards' series")
+        .context("cannot reach Redis for the dashboards' series")?;
+    if let Some(client) = &series {
+        client.set_name("sluice-dashboards").await;
+    }
+    Ok(series)
 }
 
 /// Step: on an embedded instance with no users, the first operator account (through the

@@ -194,6 +194,23 @@ impl RedisClient {
         }
     }
 
+    /// Names every connection of a single Redis's pool (`CLIENT SETNAME`), so `CLIENT LIST`
+    /// and `MONITOR` tell its commands apart; a Cluster's connections keep no name. A name
+    /// is lost when a connection is made again.
+    pub async fn set_name(&self, name: &str) {
+        if self.is_cluster() {
+            return;
+        }
+        for i in 0..self.conns.len() {
+            let deadline = tokio::time::Instant::now() + self.timeout;
+            let mut cmd = redis::cmd("CLIENT");
+            cmd.arg("SETNAME").arg(name);
+            if let Err(e) = self.send_on::<()>(i, &cmd, deadline).await {
+                tracing::debug!(error = %e, name, "cannot name a Redis connection");
+            }
+        }
+    }
+
     /// The deadline of one call (every attempt of it together).
     pub fn timeout(&self) -> Duration {
         self.timeout

@@ -725,7 +725,6 @@ async fn changes_reach_every_instance_within_one_second() {
         let (status, _, body) = app.check(&t.check_key, route.clone()).await;
         assert_eq!((status, body["policy"].as_str()), (200, Some("r")));
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
 
     // A rule change: the route stops matching it.
     let (_, _, rules) = instances[0]
@@ -929,17 +928,29 @@ async fn a_steady_state_check_runs_no_sql_and_one_redis_command() {
         "the dashboards read the fleet"
     );
 
-    let mut monitor = std::process::Command::new(crate::services::binary("redis-cli"))
-        .args(["-p", &redis.port.to_string(), "MONITOR"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let monitor = crate::services::Monitor::start(redis.port);
     let log_before = postgres.log().len();
     for _ in 0..10 {
         app.check(&t.check_key, route.clone()).await;
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A marker statement of the test's own: once the log shows it, every statement run
+    // before it is in the log.
+    let marker = format!("marker-{}", uuid::Uuid::new_v4().simple());
+    let pool = sqlx::PgPool::connect(&postgres.url("postgres"))
+        .await
+        .unwrap();
+    sqlx::query(&format!("SELECT '{marker}'"))
+        .execute(&pool)
+        .await
+        .unwrap();
+    let started = Instant::now();
+    while !postgres.log()[log_before..].contains(&marker) {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the log shows the marker"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let log = postgres.log()[log_before..].to_owned();
     // Requests' statements come from the pool named `sluice`; the background tasks' (key
     // usage every 10 s, the dashboards' tenant names every 5 s) from `sluice-background`.
@@ -955,15 +966,21 @@ async fn a_steady_state_check_runs_no_sql_and_one_redis_command() {
             .any(|l| l.starts_with("app=sluice:") && l.contains("api_keys")),
         "the log names the application of the statements (the set-up's are there): {setup}"
     );
-    monitor.kill().unwrap();
-    let monitored =
-        String::from_utf8_lossy(&monitor.wait_with_output().unwrap().stdout).into_owned();
-    // The dashboards' once-a-second write and reads (`sld:{fleet}`, active-key counts) run
-    // on their own connection, off the check path.
+    let monitored = monitor.until_now().join("\n");
+    // The dashboards' once-a-second write and reads run on their own connection, named
+    // `sluice-dashboards`, off the check path: its commands are left out by its address.
+    let dashboards: Vec<String> = redis
+        .cli(&["CLIENT", "LIST"])
+        .lines()
+        .filter(|l| l.contains(" name=sluice-dashboards "))
+        .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("addr=")))
+        .map(|addr| format!(" [0 {addr}]"))
+        .collect();
+    assert_eq!(dashboards.len(), 1, "the dashboards' connection is named");
     let commands: Vec<&str> = monitored
         .lines()
         .filter(|l| l.contains(" [0 127.0.0.1:"))
-        .filter(|l| !l.contains("sld:{fleet}") && !l.contains("\"PFCOUNT\""))
+        .filter(|l| !dashboards.iter().any(|d| l.contains(d.as_str())))
         .collect();
     assert!(sql.is_empty(), "SQL on the check path: {sql:?}");
     assert_eq!(commands.len(), 10, "{monitored}");

@@ -971,19 +971,11 @@ async fn a_steady_state_check_is_exactly_one_evalsha() {
     let req = request(&t, rules, None);
     limiter.check(&req).await.unwrap();
     // MONITOR shows every command a client sends; commands a script runs are tagged "lua".
-    let mut monitor = std::process::Command::new(crate::services::binary("redis-cli"))
-        .args(["-p", &server.port.to_string(), "MONITOR"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let monitor = crate::services::Monitor::start(server.port);
     for _ in 0..10 {
         limiter.check(&req).await.unwrap();
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    monitor.kill().unwrap();
-    let output = monitor.wait_with_output().unwrap();
-    let lines = String::from_utf8_lossy(&output.stdout).into_owned();
+    let lines = monitor.until_now().join("\n");
     let from_clients: Vec<&str> = lines
         .lines()
         .filter(|l| l.contains(" [0 127.0.0.1:"))

@@ -8,7 +8,7 @@
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// How long a server may take to come up before the test fails.
@@ -482,4 +482,70 @@ fn chown_to_postgres(path: &Path) {
         .output()
         .expect("chown the postgres directory");
     assert!(out.status.success(), "chown failed");
+}
+
+/// `redis-cli MONITOR` on a private Redis: every command the server runs, in order.
+pub struct Monitor {
+    port: u16,
+    child: Child,
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl Monitor {
+    /// Starts watching `port` and returns once the server confirmed it (`OK`).
+    pub fn start(port: u16) -> Self {
+        let mut child = Command::new(binary("redis-cli"))
+            .args(["-p", &port.to_string(), "MONITOR"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start redis-cli MONITOR");
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let stdout = child.stdout.take().expect("piped");
+        let sink = lines.clone();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let monitor = Self { port, child, lines };
+        wait_until("MONITOR to start", || {
+            monitor.lines.lock().unwrap().iter().any(|l| l == "OK")
+        });
+        monitor
+    }
+
+    /// Everything the server ran since the start, up to now: sends a marker command on
+    /// another connection and waits until MONITOR reports it, so nothing earlier is missing.
+    pub fn until_now(mut self) -> Vec<String> {
+        let marker = format!("monitor-marker-{}", uuid::Uuid::new_v4().simple());
+        redis_cli(self.port, &["ECHO", &marker]).expect("ECHO the marker");
+        wait_until("MONITOR to report the marker", || {
+            self.lines
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|l| l.contains(&marker))
+        });
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let lines = self.lines.lock().unwrap();
+        lines
+            .iter()
+            .take_while(|l| !l.contains(&marker))
+            .skip_while(|l| *l != "OK")
+            .skip(1)
+            .cloned()
+            .collect()
+    }
+}
+
+impl Drop for Monitor {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
