@@ -4,36 +4,13 @@
 //! dashboard stream, by the same decision).
 
 use app::keys::KeyKind;
-use reqwest::Client;
 use serde_json::{json, Value};
 
-use crate::console_admin::signed_in;
+use crate::console_admin::{call as server_fn, signed_in};
 use crate::helpers::{embedded_with_operator, new_key, rule};
 
 const PASSWORD: &str = "operator password 1";
 const ADMIN_PASSWORD: &str = "tenant admin password";
-
-/// A console server function's answer, or its error as JSON text.
-async fn server_fn(
-    app: &crate::helpers::TestApp,
-    client: &Client,
-    endpoint: &str,
-    args: Value,
-) -> Result<Value, String> {
-    let response = client
-        .post(app.url(&format!("/api/{endpoint}")))
-        .json(&args)
-        .send()
-        .await
-        .unwrap();
-    let ok = response.status().is_success();
-    let text = response.text().await.unwrap();
-    if ok {
-        Ok(serde_json::from_str(&text).unwrap())
-    } else {
-        Err(text)
-    }
-}
 
 /// Checks `value` against `schema` from the OpenAPI document `doc`: `$ref`, `allOf`, `type`
 /// (with `null`), `enum`, `required`, `properties`, `additionalProperties: false`, `items`,

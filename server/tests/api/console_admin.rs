@@ -32,7 +32,7 @@ pub async fn signed_in(app: &TestApp, email: &str, password: &str) -> Client {
 }
 
 /// Calls a JSON server function: `Ok(answer)` or `Err(the AppError as JSON text)`.
-async fn call(
+pub async fn call(
     app: &TestApp,
     client: &Client,
     endpoint: &str,
