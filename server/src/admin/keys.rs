@@ -5,7 +5,7 @@ use app::keys::{is_sha256_hex, KeyInfo, KeyKind};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{dto, invalid, Actor, AdminService, ServiceError};
+use super::{dto, invalid, Actor, AdminService, Event, ServiceError};
 use crate::propagation::Change;
 use crate::store;
 use crate::store::keys::{ApiKey, NewKey};
@@ -128,20 +128,20 @@ impl AdminService {
         )
         .await?;
         let detail = json!({ "kind": body.kind, "name": key.name, "prefix": key.prefix });
-        self.audit(
-            &mut tx,
-            tenant_id,
+        self.commit(
+            tx,
             actor,
-            "key.create",
-            Some(&key.id),
-            detail,
+            Event {
+                tenant: tenant_id,
+                action: "key.create",
+                target: Some(&key.id),
+                detail,
+            },
+            [Change::Key {
+                hash: body.hash.clone(),
+            }],
         )
         .await?;
-        tx.commit().await?;
-        self.announce([Change::Key {
-            hash: body.hash.clone(),
-        }])
-        .await;
         dto::key(key)
     }
 
@@ -194,25 +194,25 @@ impl AdminService {
         let mut tx = self.db.begin().await?;
         let key = store::keys::rotate(&mut tx, &old.id, &new, grace_until).await?;
         let detail = json!({ "replaced": old.id, "grace_seconds": body.grace_seconds, "prefix": key.prefix });
-        self.audit(
-            &mut tx,
-            Some(tenant_id),
+        self.commit(
+            tx,
             actor,
-            "key.rotate",
-            Some(&key.id),
-            detail,
+            Event {
+                tenant: Some(tenant_id),
+                action: "key.rotate",
+                target: Some(&key.id),
+                detail,
+            },
+            [
+                Change::Key {
+                    hash: old.hash.clone(),
+                },
+                Change::Key {
+                    hash: body.hash.clone(),
+                },
+            ],
         )
         .await?;
-        tx.commit().await?;
-        self.announce([
-            Change::Key {
-                hash: old.hash.clone(),
-            },
-            Change::Key {
-                hash: body.hash.clone(),
-            },
-        ])
-        .await;
         dto::key(key)
     }
 
@@ -226,20 +226,20 @@ impl AdminService {
         let mut tx = self.db.begin().await?;
         store::keys::revoke(&mut tx, &key.id).await?;
         let detail = json!({ "prefix": key.prefix });
-        self.audit(
-            &mut tx,
-            Some(tenant_id),
+        self.commit(
+            tx,
             actor,
-            "key.revoke",
-            Some(&key.id),
-            detail,
+            Event {
+                tenant: Some(tenant_id),
+                action: "key.revoke",
+                target: Some(&key.id),
+                detail,
+            },
+            [Change::Key {
+                hash: key.hash.clone(),
+            }],
         )
         .await?;
-        tx.commit().await?;
-        self.announce([Change::Key {
-            hash: key.hash.clone(),
-        }])
-        .await;
         store::keys::get(&self.db, &key.id)
             .await?
             .ok_or(ServiceError::NotFound("key"))

@@ -101,6 +101,15 @@ fn invalid(field: &str, message: impl Into<String>) -> ServiceError {
     ServiceError::Invalid(vec![FieldError::new(field, message)])
 }
 
+/// The audit event that goes with a change.
+#[derive(Debug)]
+struct Event<'a> {
+    tenant: Option<&'a str>,
+    action: &'a str,
+    target: Option<&'a str>,
+    detail: serde_json::Value,
+}
+
 /// The admin service. Cloning shares it.
 #[derive(Debug, Clone)]
 pub struct AdminService {
@@ -159,25 +168,28 @@ impl AdminService {
         }
     }
 
-    /// Records an audit event inside `tx`, next to the change it describes.
-    async fn audit(
+    /// Records `event` inside `tx`, commits the change with it, and only then announces
+    /// `changes` to the caches (this instance's at once, the others' on the bus).
+    async fn commit(
         &self,
-        tx: &mut Tx,
-        tenant: Option<&str>,
+        mut tx: Tx,
         actor: &Actor,
-        action: &str,
-        target: Option<&str>,
-        detail: serde_json::Value,
+        event: Event<'_>,
+        changes: impl IntoIterator<Item = Change>,
     ) -> Result<(), ServiceError> {
-        store::audit::record(tx, tenant, actor.label(), action, target, &detail).await?;
-        Ok(())
-    }
-
-    /// Announces committed changes: this instance's caches drop them at once, the others on
-    /// the bus.
-    async fn announce(&self, changes: impl IntoIterator<Item = Change>) {
+        store::audit::record(
+            &mut tx,
+            event.tenant,
+            actor.label(),
+            event.action,
+            event.target,
+            &event.detail,
+        )
+        .await?;
+        tx.commit().await?;
         for change in changes {
             self.bus.publish(change).await;
         }
+        Ok(())
     }
 }

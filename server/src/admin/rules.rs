@@ -4,7 +4,7 @@
 use app::rules::{MatchKind, RuleBody, RuleInfo};
 use serde_json::json;
 
-use super::{dto, invalid, Actor, AdminService, ServiceError};
+use super::{dto, invalid, Actor, AdminService, Event, ServiceError};
 use crate::propagation::Change;
 use crate::store;
 
@@ -77,20 +77,20 @@ impl AdminService {
         self.check_rule(tenant_id, body, None).await?;
         let mut tx = self.db.begin().await?;
         let rule = store::rules::insert(&mut tx, tenant_id, body).await?;
-        self.audit(
-            &mut tx,
-            Some(tenant_id),
+        self.commit(
+            tx,
             actor,
-            "rule.create",
-            Some(&rule.id),
-            json!(body),
+            Event {
+                tenant: Some(tenant_id),
+                action: "rule.create",
+                target: Some(&rule.id),
+                detail: json!(body),
+            },
+            [Change::Tenant {
+                id: tenant_id.to_owned(),
+            }],
         )
         .await?;
-        tx.commit().await?;
-        self.announce([Change::Tenant {
-            id: tenant_id.to_owned(),
-        }])
-        .await;
         Ok(dto::rule(rule))
     }
 
@@ -107,20 +107,20 @@ impl AdminService {
         let rule = store::rules::update(&mut tx, tenant_id, id, body)
             .await?
             .ok_or(ServiceError::NotFound("rule"))?;
-        self.audit(
-            &mut tx,
-            Some(tenant_id),
+        self.commit(
+            tx,
             actor,
-            "rule.update",
-            Some(id),
-            json!(body),
+            Event {
+                tenant: Some(tenant_id),
+                action: "rule.update",
+                target: Some(id),
+                detail: json!(body),
+            },
+            [Change::Tenant {
+                id: tenant_id.to_owned(),
+            }],
         )
         .await?;
-        tx.commit().await?;
-        self.announce([Change::Tenant {
-            id: tenant_id.to_owned(),
-        }])
-        .await;
         Ok(dto::rule(rule))
     }
 
@@ -135,20 +135,20 @@ impl AdminService {
         if !store::rules::delete(&mut tx, tenant_id, id).await? {
             return Err(ServiceError::NotFound("rule"));
         }
-        self.audit(
-            &mut tx,
-            Some(tenant_id),
+        self.commit(
+            tx,
             actor,
-            "rule.delete",
-            Some(id),
-            json!({}),
+            Event {
+                tenant: Some(tenant_id),
+                action: "rule.delete",
+                target: Some(id),
+                detail: json!({}),
+            },
+            [Change::Tenant {
+                id: tenant_id.to_owned(),
+            }],
         )
         .await?;
-        tx.commit().await?;
-        self.announce([Change::Tenant {
-            id: tenant_id.to_owned(),
-        }])
-        .await;
         Ok(())
     }
 }

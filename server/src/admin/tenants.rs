@@ -3,7 +3,7 @@
 use app::tenants::{TenantInfo, TenantStatus};
 use serde_json::json;
 
-use super::{dto, invalid, Actor, AdminService, ServiceError};
+use super::{dto, invalid, Actor, AdminService, Event, ServiceError};
 use crate::propagation::Change;
 use crate::store;
 
@@ -27,16 +27,18 @@ impl AdminService {
         let mut tx = self.db.begin().await?;
         let tenant = store::tenants::insert(&mut tx, name).await?;
         let detail = json!({ "name": name });
-        self.audit(
-            &mut tx,
-            Some(&tenant.id),
+        self.commit(
+            tx,
             actor,
-            "tenant.create",
-            Some(&tenant.id),
-            detail,
+            Event {
+                tenant: Some(&tenant.id),
+                action: "tenant.create",
+                target: Some(&tenant.id),
+                detail,
+            },
+            [],
         )
         .await?;
-        tx.commit().await?;
         Ok(dto::tenant(tenant))
     }
 
@@ -65,20 +67,20 @@ impl AdminService {
         if !store::tenants::set_status(&mut tx, tenant_id, status).await? {
             return Err(ServiceError::NotFound("tenant"));
         }
-        self.audit(
-            &mut tx,
-            Some(tenant_id),
+        self.commit(
+            tx,
             actor,
-            action,
-            Some(tenant_id),
-            json!({}),
+            Event {
+                tenant: Some(tenant_id),
+                action,
+                target: Some(tenant_id),
+                detail: json!({}),
+            },
+            [Change::Tenant {
+                id: tenant_id.to_owned(),
+            }],
         )
         .await?;
-        tx.commit().await?;
-        self.announce([Change::Tenant {
-            id: tenant_id.to_owned(),
-        }])
-        .await;
         store::tenants::get(&self.db, tenant_id)
             .await?
             .map(dto::tenant)

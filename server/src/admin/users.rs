@@ -5,7 +5,7 @@
 use app::auth::Role;
 use serde_json::json;
 
-use super::{invalid, Actor, AdminService, ServiceError};
+use super::{invalid, Actor, AdminService, Event, ServiceError};
 use crate::store;
 
 /// The account an embedded instance creates on its first start.
@@ -57,9 +57,18 @@ impl AdminService {
         let mut tx = self.db.begin().await?;
         store::users::insert(&mut tx, &email, &hash, role, tenant_id).await?;
         let detail = json!({ "email": email, "role": role.as_str() });
-        self.audit(&mut tx, tenant_id, actor, "user.create", None, detail)
-            .await?;
-        tx.commit().await?;
+        self.commit(
+            tx,
+            actor,
+            Event {
+                tenant: tenant_id,
+                action: "user.create",
+                target: None,
+                detail,
+            },
+            [],
+        )
+        .await?;
         Ok(())
     }
 

@@ -106,6 +106,10 @@ impl Nodes {
             .breakers
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Every call looks its breaker up: no allocation once the node is known.
+        if let Some(breaker) = breakers.get(node) {
+            return breaker.clone();
+        }
         breakers
             .entry(node.to_owned())
             .or_insert_with(|| Arc::new(Breaker::new(node)))
