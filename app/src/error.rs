@@ -19,6 +19,12 @@ pub enum AppError {
     /// Also used for resources of other tenants, so their existence is not revealed.
     #[error("not found")]
     NotFound,
+    /// The change collides with what exists (a name taken, a cap reached).
+    #[error("{0}")]
+    Conflict(String),
+    /// Too many attempts; the message says when to try again.
+    #[error("{0}")]
+    TooMany(String),
     /// A backing service is down; retrying later may work.
     #[error("{0} is unavailable; try again shortly")]
     Unavailable(String),
@@ -34,6 +40,21 @@ impl AppError {
     /// Whether retrying the same call may succeed.
     pub fn is_transient(&self) -> bool {
         matches!(self, AppError::Unavailable(_) | AppError::Transport(_))
+    }
+
+    /// The HTTP status the server answers this error with. On the server a `Transport` error
+    /// is a call whose arguments could not be read: the caller's mistake.
+    pub fn http_status(&self) -> u16 {
+        match self {
+            AppError::Invalid(_) | AppError::Transport(_) => 400,
+            AppError::Unauthorized => 401,
+            AppError::Forbidden(_) => 403,
+            AppError::NotFound => 404,
+            AppError::Conflict(_) => 409,
+            AppError::TooMany(_) => 429,
+            AppError::Internal => 500,
+            AppError::Unavailable(_) => 503,
+        }
     }
 }
 

@@ -18,6 +18,7 @@
 //!   only) sums them into [`ports::Console`], which the `server` crate implements. Features
 //!   never import `ports`, so no import runs in a circle. This crate holds no SQL and no
 //!   Redis code;
+//! - [`text`]: what a name people read may not contain;
 //! - [`ui`]: dates, error notes, the inline confirmation;
 //! - [`shell`] and [`App`]: the HTML document and the router.
 
@@ -35,6 +36,7 @@ pub mod rules;
 pub mod simulate;
 pub mod status;
 pub mod tenants;
+pub mod text;
 pub mod ui;
 
 pub use error::AppError;

@@ -29,11 +29,11 @@ use crate::store::keys::ApiKey;
 pub const REFRESH_AFTER: Duration = Duration::from_secs(60);
 /// How long an unknown key is remembered as unknown.
 pub const NEGATIVE_TTL: Duration = Duration::from_secs(10);
-/// At most this many keys are cached; past it the cache is cleared (and refills).
+/// At most this many keys are cached; past it the least recently used one makes room.
 pub const MAX_KEYS: usize = 100_000;
 /// At most this many unknown hashes are remembered.
 pub const MAX_NEGATIVE: usize = 10_000;
-/// At most this many tenants are cached.
+/// At most this many tenants are cached (the least recently used one makes room).
 pub const MAX_TENANTS: usize = 10_000;
 
 /// What the check path needs to know about a key.
@@ -80,11 +80,27 @@ pub enum Lookup<T> {
 struct Entry<T> {
     value: T,
     loaded: Instant,
+    /// When it was last looked up, in milliseconds since the caches were made.
+    used: AtomicU64,
+}
+
+/// Removes the least recently used entry of a full map (one scan, only when a new entry
+/// needs the room: a miss, which costs a database query anyway).
+fn evict_least_recently_used<V>(map: &mut HashMap<String, Entry<V>>) {
+    let oldest = map
+        .iter()
+        .min_by_key(|(_, entry)| entry.used.load(Ordering::Relaxed))
+        .map(|(id, _)| id.clone());
+    if let Some(id) = oldest {
+        map.remove(&id);
+    }
 }
 
 /// The caches of one instance. Cloning shares them. `T` is what a tenant is cached as (the
 /// decision core's compiled tenant); this module does not look inside it.
 pub struct Caches<T> {
+    /// The origin of the entries' `used` times.
+    epoch: Instant,
     refresh_after: Duration,
     negative_ttl: Duration,
     generation: Arc<AtomicU64>,
@@ -96,6 +112,7 @@ pub struct Caches<T> {
 impl<T> Clone for Caches<T> {
     fn clone(&self) -> Self {
         Self {
+            epoch: self.epoch,
             refresh_after: self.refresh_after,
             negative_ttl: self.negative_ttl,
             generation: self.generation.clone(),
@@ -117,6 +134,7 @@ impl<T> Caches<T> {
     /// forgotten after `negative_ttl` ([`REFRESH_AFTER`] and [`NEGATIVE_TTL`] by default).
     pub fn with_times(refresh_after: Duration, negative_ttl: Duration) -> Self {
         Self {
+            epoch: Instant::now(),
             refresh_after,
             negative_ttl,
             generation: Arc::default(),
@@ -144,8 +162,22 @@ fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
 }
 
 impl<T> Caches<T> {
+    /// Now, as an entry's `used` time.
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn fresh_entry<V>(&self, value: V) -> Entry<V> {
+        Entry {
+            value,
+            loaded: Instant::now(),
+            used: AtomicU64::new(self.now_ms()),
+        }
+    }
+
     pub fn key(&self, hash: &str) -> Lookup<CachedKey> {
         if let Some(entry) = read(&self.keys).get(hash) {
+            entry.used.store(self.now_ms(), Ordering::Relaxed);
             let value = entry.value.clone();
             return if entry.loaded.elapsed() < self.refresh_after {
                 Lookup::Fresh(value)
@@ -171,16 +203,10 @@ impl<T> Caches<T> {
         if self.generation() != generation {
             return false;
         }
-        if keys.len() >= MAX_KEYS {
-            keys.clear();
+        if keys.len() >= MAX_KEYS && !keys.contains_key(hash) {
+            evict_least_recently_used(&mut keys);
         }
-        keys.insert(
-            hash.to_owned(),
-            Entry {
-                value: key,
-                loaded: Instant::now(),
-            },
-        );
+        keys.insert(hash.to_owned(), self.fresh_entry(key));
         write(&self.unknown).remove(hash);
         true
     }
@@ -203,10 +229,15 @@ impl<T> Caches<T> {
     }
 
     pub fn tenant(&self, tenant_id: &str) -> Lookup<Arc<T>> {
-        match read(&self.tenants).get(tenant_id) {
-            Some(e) if e.loaded.elapsed() < self.refresh_after => Lookup::Fresh(e.value.clone()),
-            Some(e) => Lookup::Stale(e.value.clone()),
-            None => Lookup::Miss,
+        let tenants = read(&self.tenants);
+        let Some(e) = tenants.get(tenant_id) else {
+            return Lookup::Miss;
+        };
+        e.used.store(self.now_ms(), Ordering::Relaxed);
+        if e.loaded.elapsed() < self.refresh_after {
+            Lookup::Fresh(e.value.clone())
+        } else {
+            Lookup::Stale(e.value.clone())
         }
     }
 
@@ -216,16 +247,10 @@ impl<T> Caches<T> {
         if self.generation() != generation {
             return;
         }
-        if tenants.len() >= MAX_TENANTS {
-            tenants.clear();
+        if tenants.len() >= MAX_TENANTS && !tenants.contains_key(tenant_id) {
+            evict_least_recently_used(&mut tenants);
         }
-        tenants.insert(
-            tenant_id.to_owned(),
-            Entry {
-                value: compiled,
-                loaded: Instant::now(),
-            },
-        );
+        tenants.insert(tenant_id.to_owned(), self.fresh_entry(compiled));
     }
 
     /// Forgets a key, known or unknown (a key created with this hash must be found next).
@@ -329,6 +354,38 @@ mod tests {
             expires_at: None,
             revoked: false,
         }
+    }
+
+    #[test]
+    fn a_full_key_cache_makes_room_by_dropping_the_least_recently_used_key_only() {
+        let caches = Caches::<()>::default();
+        let generation = caches.generation();
+        for i in 0..MAX_KEYS {
+            assert!(caches.put_key(&format!("h{i}"), key(&format!("k{i}")), generation));
+        }
+        // Used after the others were cached: the most recent use.
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(matches!(caches.key("h0"), Lookup::Fresh(_)));
+        assert!(caches.put_key("new", key("new"), generation));
+        let keys = read(&caches.keys);
+        assert_eq!(keys.len(), MAX_KEYS, "one entry made room, no more");
+        assert!(keys.contains_key("h0"), "the recently used key stays");
+        assert!(keys.contains_key("new"));
+    }
+
+    #[test]
+    fn a_full_tenant_cache_drops_one_tenant_not_all() {
+        let caches = Caches::<u8>::default();
+        let generation = caches.generation();
+        for i in 0..MAX_TENANTS {
+            caches.put_tenant(&format!("t{i}"), Arc::new(0), generation);
+        }
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(matches!(caches.tenant("t0"), Lookup::Fresh(_)));
+        caches.put_tenant("new", Arc::new(1), generation);
+        let tenants = read(&caches.tenants);
+        assert_eq!(tenants.len(), MAX_TENANTS);
+        assert!(tenants.contains_key("t0") && tenants.contains_key("new"));
     }
 
     #[test]

@@ -1,16 +1,19 @@
 //! The `sluice` command line: its parser, and the commands run on the server host. A command
 //! that changes something goes through the admin service as the actor `cli`, so it is
 //! validated and audited like a change made over the API: `sluice key create --operator`
-//! (the first operator key, printed once and stored only as its SHA-256) and
-//! `sluice user create`.
+//! (the first operator key, printed once and stored only as its SHA-256), `sluice key list
+//! --operator`, `sluice key rotate ID`, `sluice key revoke ID`, and `sluice user create`. With
+//! Redis configured, a change is announced to every running instance at once.
 
-use app::keys::{display_prefix, format_key, sha256_hex, KeyKind, KEY_BYTES};
+use anyhow::Context as _;
+use app::keys::{display_prefix, format_key, sha256_hex, KeyInfo, KeyKind, KEY_BYTES};
 use clap::{Parser, Subcommand};
 use rand::RngCore;
 
-use crate::admin::keys::KeyBody;
+use crate::admin::keys::{KeyBody, RotateBody};
 use crate::admin::{Actor, AdminService};
-use crate::config::Config;
+use crate::config::{Config, LimiterTarget};
+use crate::limiter::{Limiter, RedisOptions};
 use crate::startup::Application;
 use crate::store::Db;
 
@@ -71,6 +74,30 @@ pub enum KeyCommand {
         /// A name to recognise the key by in lists and the audit log.
         #[arg(long, default_value = "operator")]
         name: String,
+        /// The key stops working this many days after it is created (default: never).
+        #[arg(long)]
+        expires_in_days: Option<u64>,
+    },
+    /// List keys: id, name, display prefix, state and dates.
+    List {
+        /// The operator keys (the only keys listed here; a tenant's keys are in the console
+        /// and the API).
+        #[arg(long)]
+        operator: bool,
+    },
+    /// Issue a new key in place of key ID (any kind) and print it once; the old key keeps
+    /// working for the grace period.
+    Rotate {
+        /// The key's id (see `sluice key list --operator`).
+        id: String,
+        /// How long the old key keeps working, in seconds (at most 30 days).
+        #[arg(long, default_value_t = 0)]
+        grace_seconds: u64,
+    },
+    /// Revoke key ID (any kind) at once.
+    Revoke {
+        /// The key's id.
+        id: String,
     },
 }
 
@@ -82,15 +109,43 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             announce(&app);
             app.run_until_stopped().await
         }
-        Command::Key(KeyCommand::Create { operator, name }) => {
+        Command::Key(KeyCommand::Create {
+            operator,
+            name,
+            expires_in_days,
+        }) => {
             anyhow::ensure!(operator, "only operator keys are created here (--operator); tenant keys come from the API or the console");
             let admin = offline_service(&cli.config).await?;
-            let key = create_operator_key(&admin, &name).await?;
+            let lifetime = expires_in_days.map(|days| days.saturating_mul(86_400));
+            let key = create_operator_key_for(&admin, &name, lifetime).await?;
             print_secret(
                 &key,
                 "This operator key is shown once and stored only as its SHA-256. Keep it secret;\n\
                  send it as `X-API-Key` (or `Authorization: Bearer`) to /v1/admin.",
             );
+            Ok(())
+        }
+        Command::Key(KeyCommand::List { operator }) => {
+            anyhow::ensure!(operator, "only operator keys are listed here (--operator); a tenant's keys are in the console and at /v1/admin/tenants/ID/keys");
+            let admin = offline_service(&cli.config).await?;
+            print_keys(&admin.list_operator_keys(&Actor::Cli).await?);
+            Ok(())
+        }
+        Command::Key(KeyCommand::Rotate { id, grace_seconds }) => {
+            let admin = offline_service(&cli.config).await?;
+            let key = rotate_key(&admin, &id, grace_seconds).await?;
+            print_secret(
+                &key,
+                &format!(
+                    "The new key, shown once. The old key keeps working for {grace_seconds} s."
+                ),
+            );
+            Ok(())
+        }
+        Command::Key(KeyCommand::Revoke { id }) => {
+            let admin = offline_service(&cli.config).await?;
+            let revoked = revoke_key(&admin, &id).await?;
+            print_keys(&[revoked]);
             Ok(())
         }
         Command::User(UserCommand::Create {
@@ -115,27 +170,142 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-/// The admin service of a command that is not a server: the configured database, migrated.
+/// The admin service of a command that is not a server: the configured database, migrated,
+/// and (when Redis is configured) the channel that tells running instances of a change.
 async fn offline_service(config: &Config) -> anyhow::Result<AdminService> {
     let db = Db::connect(&config.database_url()).await?;
     db.migrate().await?;
-    Ok(AdminService::offline(db))
+    let redis = match config.limiter_target() {
+        LimiterTarget::InProcess => None,
+        target => {
+            let options = RedisOptions {
+                timeout: std::time::Duration::from_millis(config.redis_timeout_ms),
+                connections: 1,
+            };
+            match Limiter::connect(&target, options).await {
+                Ok(limiter) => limiter.redis().cloned(),
+                Err(e) => {
+                    warn_unannounced(&e);
+                    None
+                }
+            }
+        }
+    };
+    Ok(AdminService::offline_announcing(db, redis))
+}
+
+/// Says that running instances will learn of this command's change only at their next refresh.
+#[allow(clippy::print_stderr)]
+fn warn_unannounced(e: &dyn std::fmt::Display) {
+    eprintln!(
+        "warning: Redis is unreachable ({e}); running instances notice this change within {} s",
+        crate::cache::REFRESH_AFTER.as_secs()
+    );
+}
+
+/// A new random key of `kind`.
+fn generate_key(kind: KeyKind) -> String {
+    let mut random = [0_u8; KEY_BYTES];
+    rand::rngs::OsRng.fill_bytes(&mut random);
+    format_key(kind, &random)
 }
 
 /// Generates an operator key named `name`, registers its hash and returns the key (to print
 /// once).
 pub async fn create_operator_key(admin: &AdminService, name: &str) -> anyhow::Result<String> {
-    let mut random = [0_u8; KEY_BYTES];
-    rand::rngs::OsRng.fill_bytes(&mut random);
-    let key = format_key(KeyKind::Operator, &random);
+    create_operator_key_for(admin, name, None).await
+}
+
+/// [`create_operator_key`], working for `lifetime_seconds` (none: until revoked).
+pub async fn create_operator_key_for(
+    admin: &AdminService,
+    name: &str,
+    lifetime_seconds: Option<u64>,
+) -> anyhow::Result<String> {
+    let key = generate_key(KeyKind::Operator);
     let body = KeyBody {
         kind: KeyKind::Operator,
         name: name.to_owned(),
         hash: sha256_hex(&key),
         prefix: display_prefix(&key),
+        expires_in_seconds: lifetime_seconds,
     };
     admin.create_operator_key(&Actor::Cli, &body).await?;
     Ok(key)
+}
+
+/// Rotates key `id` (a tenant's or an operator's): returns the new key, to print once.
+pub async fn rotate_key(
+    admin: &AdminService,
+    id: &str,
+    grace_seconds: u64,
+) -> anyhow::Result<String> {
+    let old = admin
+        .key_by_id(&Actor::Cli, id)
+        .await
+        .with_context(|| format!("no key with id {id}; see `sluice key list --operator`"))?;
+    let key = generate_key(old.kind);
+    let body = RotateBody {
+        hash: sha256_hex(&key),
+        prefix: display_prefix(&key),
+        grace_seconds,
+    };
+    match &old.tenant_id {
+        Some(tenant) => admin.rotate_key(&Actor::Cli, tenant, id, &body).await?,
+        None => admin.rotate_operator_key(&Actor::Cli, id, &body).await?,
+    };
+    Ok(key)
+}
+
+/// Revokes key `id` (a tenant's or an operator's).
+pub async fn revoke_key(admin: &AdminService, id: &str) -> anyhow::Result<KeyInfo> {
+    let old = admin
+        .key_by_id(&Actor::Cli, id)
+        .await
+        .with_context(|| format!("no key with id {id}; see `sluice key list --operator`"))?;
+    Ok(match &old.tenant_id {
+        Some(tenant) => admin.revoke_key(&Actor::Cli, tenant, id).await?,
+        None => admin.revoke_operator_key(&Actor::Cli, id).await?,
+    })
+}
+
+/// Prints keys as a table, for people.
+#[allow(clippy::print_stdout)]
+fn print_keys(keys: &[KeyInfo]) {
+    let date = |ms: Option<i64>| {
+        ms.and_then(|ms| {
+            time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000).ok()
+        })
+        .map_or_else(
+            || "-".to_owned(),
+            |t| {
+                format!(
+                    "{:04}-{:02}-{:02} {:02}:{:02}",
+                    t.year(),
+                    u8::from(t.month()),
+                    t.day(),
+                    t.hour(),
+                    t.minute()
+                )
+            },
+        )
+    };
+    println!(
+        "{:<36}  {:<20}  {:<12}  {:<8}  {:<16}  {:<16}  {:<16}",
+        "ID", "NAME", "PREFIX", "STATE", "CREATED", "EXPIRES", "LAST USED"
+    );
+    for key in keys {
+        println!(
+            "{:<36}  {:<20}  {:<12}  {:<8}  {:<16}  {:<16}  {:<16}",
+            key.id,
+            key.name,
+            key.prefix,
+            key.state.as_str(),
+            date(Some(key.created_at)),
+            date(key.expires_at.or(key.revoked_at)),
+            date(key.last_used_at),
+        );
+    }
 }
 
 /// Creates a console user (an operator, or a tenant admin of `tenant_id`) with a random
@@ -180,7 +350,13 @@ fn announce(app: &Application) {
             );
         }
         None => {
-            println!("  Sign in at http://{address}/sign-in (more accounts: `sluice user create`).")
+            println!(
+                "  Sign in at http://{address}/sign-in (more accounts: `sluice user create`)."
+            );
+            println!(
+                "  A first start with SLUICE_ADMIN_PASSWORD set creates {} with that password.",
+                crate::admin::users::BOOTSTRAP_EMAIL
+            );
         }
     }
     println!("  Admin API: make an operator key with `sluice key create --operator` (same");

@@ -56,6 +56,29 @@ pub struct Config {
     #[arg(long, env = "SLUICE_ADMIN_PASSWORD", hide_env_values = true)]
     pub admin_password: Option<String>,
 
+    /// The longest a client may take to send a request's headers, counted from its
+    /// connection's start or from the end of its previous response; a slower client (or an
+    /// idle keep-alive connection) is closed.
+    #[arg(long, env = "SLUICE_HEADER_TIMEOUT_MS", default_value_t = 10_000)]
+    pub header_timeout_ms: u64,
+
+    /// A connection that moves no byte either way for this long is closed, even in the middle
+    /// of a request (a stalled body, a response nobody reads).
+    #[arg(long, env = "SLUICE_IDLE_TIMEOUT_MS", default_value_t = 60_000)]
+    pub idle_timeout_ms: u64,
+
+    /// The most connections an instance holds open; past it a new connection is answered
+    /// `503` with `Retry-After: 1` and closed. Keep it below the process's file-descriptor
+    /// limit (`ulimit -n`).
+    #[arg(long, env = "SLUICE_MAX_CONNECTIONS", default_value_t = 10_000)]
+    pub max_connections: usize,
+
+    /// How many console sign-ins may hash a password (argon2id, 19 MiB each) at once; the rest
+    /// wait a little, then are told to retry. Defaults to half the machine's cores (at least 1),
+    /// so sign-ins never take every core from `/v1/check`.
+    #[arg(long, env = "SLUICE_SIGN_IN_CONCURRENCY")]
+    pub sign_in_concurrency: Option<usize>,
+
     /// Log format: `text` for people, `json` for log pipelines.
     #[arg(long, env = "SLUICE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -95,6 +118,10 @@ impl Config {
             redis_connections: 4,
             secure_cookies: false,
             admin_password: None,
+            header_timeout_ms: 10_000,
+            idle_timeout_ms: 60_000,
+            max_connections: 10_000,
+            sign_in_concurrency: None,
             log_format: LogFormat::Text,
             site_root: PathBuf::from("target/site"),
         }
@@ -117,6 +144,13 @@ impl Config {
         } else {
             LimiterTarget::InProcess
         }
+    }
+
+    /// How many sign-ins may hash a password at once.
+    pub fn sign_in_concurrency(&self) -> usize {
+        self.sign_in_concurrency.unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
+        })
     }
 
     /// Embedded mode: no external service at all.

@@ -25,6 +25,7 @@ use crate::store::sessions::SqlSessionStore;
 use crate::store::Db;
 use crate::telemetry::{logging, Metrics};
 use crate::transport::console::ConsoleService;
+use crate::transport::listener::{serve, ConnectionLimits};
 use crate::transport::router::{metrics_router, router};
 use crate::transport::state::{App, AppState};
 
@@ -55,10 +56,13 @@ impl Tasks {
 
 /// A built instance: connected, bound, not yet serving.
 pub struct Application {
-    /// The password of the operator account this start created, to print once.
+    /// The password this start generated for the operator account it created, to print once
+    /// (never a password the operator supplied).
     bootstrap_password: Option<String>,
     listener: TcpListener,
     metrics_listener: Option<TcpListener>,
+    /// What the listeners allow one connection.
+    limits: ConnectionLimits,
     router: Router,
     metrics_router: Option<Router>,
     db: Db,
@@ -148,6 +152,7 @@ impl Application {
             admin.clone(),
             dashboard.clone(),
             embedded,
+            config.sign_in_concurrency(),
         );
         let state = AppState(Arc::new(App {
             leptos_options: leptos_options(&config, listener.local_addr()?),
@@ -159,6 +164,7 @@ impl Application {
             admin,
             console: Arc::new(console),
             dashboard: dashboard.clone(),
+            streams: Default::default(),
             secure_cookies: config.secure_cookies,
             metrics_apart: metrics_listener.is_some(),
         }));
@@ -167,6 +173,11 @@ impl Application {
             .map(|_| metrics_router(state.clone()));
         Ok(Self {
             bootstrap_password,
+            limits: ConnectionLimits {
+                header_timeout: Duration::from_millis(config.header_timeout_ms),
+                idle_timeout: Duration::from_millis(config.idle_timeout_ms),
+                max_connections: config.max_connections,
+            },
             listener,
             metrics_listener,
             router: router(state),
@@ -191,7 +202,8 @@ impl Application {
             .and_then(|l| l.local_addr().ok())
     }
 
-    /// The password of the operator account (`admin@localhost`) this start created, if any.
+    /// The password this start generated for the operator account (`admin@localhost`) it
+    /// created, if any; `None` when the operator supplied it in `SLUICE_ADMIN_PASSWORD`.
     pub fn bootstrap_password(&self) -> Option<&str> {
         self.bootstrap_password.as_deref()
     }
@@ -221,16 +233,16 @@ impl Application {
         self,
         stop: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
+        let limits = self.limits;
         let (tx, _) = tokio::sync::broadcast::channel::<()>(1);
         let mut main_stop = tx.subscribe();
         let mut metrics_stop = tx.subscribe();
         let metrics_server = match (self.metrics_listener, self.metrics_router) {
             (Some(listener), Some(router)) => Some(tokio::spawn(async move {
-                axum::serve(listener, router)
-                    .with_graceful_shutdown(async move {
-                        let _ = metrics_stop.recv().await;
-                    })
-                    .await
+                serve(listener, router, limits, async move {
+                    let _ = metrics_stop.recv().await;
+                })
+                .await
             })),
             _ => None,
         };
@@ -241,12 +253,11 @@ impl Application {
             dashboard.stop();
             let _ = tx.send(());
         });
-        axum::serve(self.listener, self.router)
-            .with_graceful_shutdown(async move {
-                let _ = main_stop.recv().await;
-            })
-            .await
-            .context("the HTTP server failed")?;
+        serve(self.listener, self.router, limits, async move {
+            let _ = main_stop.recv().await;
+        })
+        .await
+        .context("the HTTP server failed")?;
         if let Some(server) = metrics_server {
             server.await.context("the metrics server panicked")??;
         }
@@ -335,7 +346,9 @@ async fn connect_series(config: &Config) -> anyhow::Result<Option<RedisClient>> 
 }
 
 /// Step: on an embedded instance with no users, the first operator account (through the
-/// admin service, audited as `cli`). Returns the password to print once.
+/// admin service, audited as `cli`). Returns the password to print once: a generated one only.
+/// A password the operator supplied (`SLUICE_ADMIN_PASSWORD`) is never returned, so it never
+/// reaches stdout or a container's log.
 async fn bootstrap_operator(
     admin: &AdminService,
     supplied: Option<&str>,
@@ -355,7 +368,7 @@ async fn bootstrap_operator(
         .bootstrap_operator(&password)
         .await
         .context("cannot create the first operator account")?;
-    Ok(created.then_some(password))
+    Ok((created && supplied.is_none()).then_some(password))
 }
 
 /// Step: the subscription to other instances' admin changes (distributed mode). Serves only

@@ -9,7 +9,9 @@ use crate::error::AppError;
 /// What an instance reports about itself.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Status {
-    pub version: String,
+    /// The server's version, for signed-in users only (`None` for anyone else: a version
+    /// tells an attacker which known flaws to try).
+    pub version: Option<String>,
     /// `embedded` or `distributed`.
     pub mode: String,
     /// `sqlite` or `postgres`.
@@ -101,7 +103,7 @@ fn StatusTable(status: Status) -> impl IntoView {
             <dd data-testid="status-checked-at" data-ms=status.checked_at_ms>
                 {utc_time_of_day(status.checked_at_ms)}
             </dd>
-            <dt>"Version"</dt><dd>{status.version}</dd>
+            <dt>"Version"</dt><dd>{status.version.unwrap_or_else(|| "(shown when signed in)".to_owned())}</dd>
         </dl>
     }
 }

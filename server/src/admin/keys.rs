@@ -1,10 +1,12 @@
 //! API keys: list, register (the client generated the key and sends only its hash and display
-//! prefix), rotate with a grace period, revoke. Operator keys are registered only by the CLI.
+//! prefix), rotate with a grace period, revoke, and expire at a set time. Operator keys are
+//! registered only by the CLI; operators list, rotate and revoke them from the CLI or the API.
 
-use app::keys::{is_sha256_hex, KeyInfo, KeyKind};
+use app::keys::{is_sha256_hex, KeyInfo, KeyKind, DISPLAY_CHARS};
 use serde::Deserialize;
 use serde_json::json;
 
+use super::quotas::{self, Quotas};
 use super::{dto, invalid, Actor, AdminService, Event, ServiceError};
 use crate::propagation::Change;
 use crate::store;
@@ -21,7 +23,13 @@ pub struct KeyBody {
     pub name: String,
     pub hash: String,
     pub prefix: String,
+    /// The key stops working this many seconds after it is registered (none: when revoked).
+    #[serde(default)]
+    pub expires_in_seconds: Option<u64>,
 }
+
+/// The longest a key may be set to live when it is registered: 10 years.
+pub const MAX_LIFETIME_SECONDS: u64 = 10 * 365 * 86_400;
 
 /// A rotation: the new key's hash and prefix, and how long the old one keeps working.
 #[derive(Debug, Clone, Deserialize)]
@@ -40,14 +48,20 @@ fn check_key_material(kind: KeyKind, hash: &str, prefix: &str) -> Result<(), Ser
             "must be the lower-case hex SHA-256 of the key (64 characters)",
         ));
     }
-    if !prefix.starts_with(kind.key_prefix())
-        || prefix.len() > 16
-        || prefix.len() < kind.key_prefix().len() + 2
-    {
+    let shaped = prefix
+        .strip_prefix(kind.key_prefix())
+        .is_some_and(|random| {
+            prefix.len() == DISPLAY_CHARS
+                && random
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        });
+    if !shaped {
         return Err(invalid(
             "prefix",
             format!(
-                "must be the key's first characters: {}… (at most 16)",
+                "must be the key's first {DISPLAY_CHARS} characters: `{}` and lower-case hex \
+                 digits, as a key of this kind starts",
                 kind.key_prefix()
             ),
         ));
@@ -59,6 +73,9 @@ fn check_name(name: &str) -> Result<&str, ServiceError> {
     let name = name.trim();
     if name.is_empty() || name.len() > 100 {
         return Err(invalid("name", "must be 1 to 100 characters"));
+    }
+    if let Some(problem) = app::text::unreadable(name) {
+        return Err(invalid("name", problem));
     }
     Ok(name)
 }
@@ -114,7 +131,27 @@ impl AdminService {
     ) -> Result<KeyInfo, ServiceError> {
         let name = check_name(&body.name)?;
         check_key_material(body.kind, &body.hash, &body.prefix)?;
+        let expires_at = match body.expires_in_seconds {
+            None => None,
+            Some(seconds) if (1..=MAX_LIFETIME_SECONDS).contains(&seconds) => {
+                Some(store::now_ms() + i64::try_from(seconds).unwrap_or(i64::MAX / 2_000) * 1000)
+            }
+            Some(_) => {
+                return Err(invalid(
+                    "expires_in_seconds",
+                    format!("must be from 1 to {MAX_LIFETIME_SECONDS} (10 years)"),
+                ))
+            }
+        };
         let mut tx = self.db.begin().await?;
+        if let Some(tenant_id) = tenant_id {
+            if !store::tenants::lock(&mut tx, tenant_id).await? {
+                return Err(ServiceError::NotFound("tenant"));
+            }
+            let quotas = Quotas::from(store::quotas::get(&mut tx, tenant_id).await?);
+            let live = store::keys::count_live(&mut tx, tenant_id).await?;
+            quotas::within(live, quotas.max_keys, "working keys")?;
+        }
         let key = store::keys::insert(
             &mut tx,
             &NewKey {
@@ -123,11 +160,11 @@ impl AdminService {
                 name,
                 prefix: &body.prefix,
                 hash: &body.hash,
-                expires_at: None,
+                expires_at,
             },
         )
         .await?;
-        let detail = json!({ "kind": body.kind, "name": key.name, "prefix": key.prefix });
+        let detail = json!({ "kind": body.kind, "name": key.name, "prefix": key.prefix, "expires_at": expires_at });
         self.commit(
             tx,
             actor,
@@ -168,6 +205,65 @@ impl AdminService {
         body: &RotateBody,
     ) -> Result<KeyInfo, ServiceError> {
         let old = self.tenant_key(actor, tenant_id, key_id).await?;
+        self.rotate(actor, old, body).await
+    }
+
+    /// Any key by its id, tenant's or operator's (operators only: the CLI finds a key to
+    /// rotate or revoke this way).
+    pub async fn key_by_id(&self, actor: &Actor, key_id: &str) -> Result<KeyInfo, ServiceError> {
+        actor.require_operator("look keys up by id")?;
+        store::keys::get(&self.db, key_id)
+            .await?
+            .ok_or(ServiceError::NotFound("key"))
+            .and_then(dto::key)
+    }
+
+    /// The operator keys, newest first (operators only).
+    pub async fn list_operator_keys(&self, actor: &Actor) -> Result<Vec<KeyInfo>, ServiceError> {
+        actor.require_operator("list operator keys")?;
+        store::keys::list_operators(&self.db)
+            .await?
+            .into_iter()
+            .map(dto::key)
+            .collect()
+    }
+
+    async fn operator_key(&self, actor: &Actor, key_id: &str) -> Result<ApiKey, ServiceError> {
+        actor.require_operator("manage operator keys")?;
+        match store::keys::get(&self.db, key_id).await? {
+            Some(key) if key.tenant_id.is_none() => Ok(key),
+            _ => Err(ServiceError::NotFound("key")),
+        }
+    }
+
+    /// Rotates an operator key (operators only), as [`Self::rotate_key`] does a tenant's.
+    pub async fn rotate_operator_key(
+        &self,
+        actor: &Actor,
+        key_id: &str,
+        body: &RotateBody,
+    ) -> Result<KeyInfo, ServiceError> {
+        let old = self.operator_key(actor, key_id).await?;
+        self.rotate(actor, old, body).await
+    }
+
+    /// Revokes an operator key at once (operators only); every instance drops it.
+    pub async fn revoke_operator_key(
+        &self,
+        actor: &Actor,
+        key_id: &str,
+    ) -> Result<KeyInfo, ServiceError> {
+        let key = self.operator_key(actor, key_id).await?;
+        self.revoke(actor, key).await
+    }
+
+    async fn rotate(
+        &self,
+        actor: &Actor,
+        old: ApiKey,
+        body: &RotateBody,
+    ) -> Result<KeyInfo, ServiceError> {
+        let tenant_id = old.tenant_id.as_deref();
         if !old.is_live(store::now_ms()) {
             return Err(invalid(
                 "key",
@@ -184,7 +280,7 @@ impl AdminService {
         }
         let grace_until = store::now_ms() + (body.grace_seconds as i64) * 1000;
         let new = NewKey {
-            tenant_id: Some(tenant_id),
+            tenant_id,
             kind,
             name: &old.name,
             prefix: &body.prefix,
@@ -192,13 +288,17 @@ impl AdminService {
             expires_at: None,
         };
         let mut tx = self.db.begin().await?;
-        let key = store::keys::rotate(&mut tx, &old.id, &new, grace_until).await?;
+        let Some(key) = store::keys::rotate(&mut tx, &old.id, &new, grace_until).await? else {
+            return Err(ServiceError::Conflict(
+                "the key was revoked or expired while it was being rotated; nothing changed".into(),
+            ));
+        };
         let detail = json!({ "replaced": old.id, "grace_seconds": body.grace_seconds, "prefix": key.prefix });
         self.commit(
             tx,
             actor,
             Event {
-                tenant: Some(tenant_id),
+                tenant: tenant_id,
                 action: "key.rotate",
                 target: Some(&key.id),
                 detail,
@@ -223,6 +323,10 @@ impl AdminService {
         key_id: &str,
     ) -> Result<KeyInfo, ServiceError> {
         let key = self.tenant_key(actor, tenant_id, key_id).await?;
+        self.revoke(actor, key).await
+    }
+
+    async fn revoke(&self, actor: &Actor, key: ApiKey) -> Result<KeyInfo, ServiceError> {
         let mut tx = self.db.begin().await?;
         store::keys::revoke(&mut tx, &key.id).await?;
         let detail = json!({ "prefix": key.prefix });
@@ -230,7 +334,7 @@ impl AdminService {
             tx,
             actor,
             Event {
-                tenant: Some(tenant_id),
+                tenant: key.tenant_id.as_deref(),
                 action: "key.revoke",
                 target: Some(&key.id),
                 detail,

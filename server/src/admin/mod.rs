@@ -4,13 +4,14 @@
 //! for operators only. Each change and its audit event are written in one transaction, and
 //! only once it commits is the change announced to every instance.
 //!
-//! One module per resource: [`tenants`], [`rules`], [`keys`], [`users`], [`audit`],
+//! One module per resource: [`tenants`], [`quotas`], [`rules`], [`keys`], [`users`], [`audit`],
 //! [`simulate`]; [`dto`] turns store rows into the one wire shape (`app`'s DTOs) that REST and
 //! the console both send.
 
 pub mod audit;
 pub mod dto;
 pub mod keys;
+pub mod quotas;
 pub mod rules;
 pub mod simulate;
 pub mod tenants;
@@ -23,6 +24,7 @@ use crate::cache::Caches;
 use crate::decide::{CompiledTenant, DecideError, Decider};
 use crate::limiter::{Limiter, LimiterError, MemoryBackend};
 use crate::propagation::{Bus, Change};
+use crate::redis_client::RedisClient;
 use crate::store::tenants::Tenant;
 use crate::store::{self, Db, StoreError, Tx};
 use crate::telemetry::Metrics;
@@ -75,6 +77,9 @@ pub enum ServiceError {
     Forbidden(String),
     #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
     Invalid(Vec<FieldError>),
+    /// The change is valid but collides with what exists (a cap or a quota reached).
+    #[error("{0}")]
+    Conflict(String),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -126,8 +131,14 @@ impl AdminService {
     /// The service of a command run on the server host (the CLI): no instance to announce
     /// changes to (servers notice a new key or user on their next lookup), no counters.
     pub fn offline(db: Db) -> Self {
+        Self::offline_announcing(db, None)
+    }
+
+    /// The service of a command run on the server host that announces its changes on
+    /// `redis` (the instances' channel), so running instances drop what changed at once.
+    pub fn offline_announcing(db: Db, redis: Option<RedisClient>) -> Self {
         let limiter = Limiter::InProcess(MemoryBackend::new());
-        let bus = Bus::new(Caches::default(), None);
+        let bus = Bus::new(Caches::default(), redis);
         let metrics = Metrics::new("cli", db.dialect().as_str(), limiter.kind().as_str());
         Self::new(db, bus, Decider::new(limiter, metrics, Default::default()))
     }

@@ -1,16 +1,17 @@
 //! A tenant's rules: list, read, create, replace, delete. Validation is `app`'s (the console's
-//! form runs the same code); the per-match cap keeps every check within the limiter's rules.
+//! form runs the same code); the per-match cap ([`MAX_RULES_PER_MATCH`]) keeps every check
+//! within the limiter's rules. The cap is counted inside the transaction that writes the
+//! rule, after locking the tenant's row, so concurrent creates cannot pass it together.
 
 use app::rules::{MatchKind, RuleBody, RuleInfo};
 use serde_json::json;
 
-use super::{dto, invalid, Actor, AdminService, Event, ServiceError};
+use super::quotas::{self, Quotas};
+use super::{dto, Actor, AdminService, Event, ServiceError};
 use crate::propagation::Change;
 use crate::store;
 
-/// At most this many rules of one match (`all`, `default`, or one route) per tenant, so
-/// that a check never evaluates more than [`crate::limiter::MAX_RULES`].
-pub const MAX_RULES_PER_MATCH: usize = 4;
+pub use crate::decide::MAX_RULES_PER_MATCH;
 
 impl AdminService {
     pub async fn list_rules(
@@ -36,18 +37,21 @@ impl AdminService {
             .ok_or(ServiceError::NotFound("rule"))
     }
 
+    /// Refuses `body` when it is invalid or when the tenant already has
+    /// [`MAX_RULES_PER_MATCH`] rules of its match (not counting `replacing`). Runs inside `tx`
+    /// after [`store::tenants::lock`], so the count cannot change before the commit.
     async fn check_rule(
-        &self,
+        tx: &mut store::Tx,
         tenant_id: &str,
         body: &RuleBody,
         replacing: Option<&str>,
     ) -> Result<(), ServiceError> {
-        let problems = body.problems();
-        if !problems.is_empty() {
-            return Err(ServiceError::Invalid(problems));
+        let rules = store::rules::list_in(&mut *tx, tenant_id).await?;
+        if replacing.is_none() {
+            let quotas = Quotas::from(store::quotas::get(&mut *tx, tenant_id).await?);
+            quotas::within(rules.len() as u64, quotas.max_rules, "rules")?;
         }
-        let same_match = store::rules::list(&self.db, tenant_id)
-            .await?
+        let same_match = rules
             .into_iter()
             .filter(|r| Some(r.id.as_str()) != replacing)
             .filter(|r| r.body.match_kind == body.match_kind)
@@ -59,12 +63,29 @@ impl AdminService {
                 MatchKind::Default => "default rules",
                 MatchKind::All => "tenant-wide (all) rules",
             };
-            return Err(invalid(
-                "match",
-                format!("a tenant may have at most {MAX_RULES_PER_MATCH} {what}"),
-            ));
+            return Err(ServiceError::Conflict(format!(
+                "a tenant may have at most {MAX_RULES_PER_MATCH} {what}; delete or change one first"
+            )));
         }
         Ok(())
+    }
+
+    /// Opens the transaction of a rule change: the rule is valid, the tenant exists and its
+    /// row is locked until the commit.
+    async fn begin_rule_change(
+        &self,
+        tenant_id: &str,
+        body: &RuleBody,
+    ) -> Result<store::Tx, ServiceError> {
+        let problems = body.problems();
+        if !problems.is_empty() {
+            return Err(ServiceError::Invalid(problems));
+        }
+        let mut tx = self.db.begin().await?;
+        if !store::tenants::lock(&mut tx, tenant_id).await? {
+            return Err(ServiceError::NotFound("tenant"));
+        }
+        Ok(tx)
     }
 
     pub async fn create_rule(
@@ -74,8 +95,8 @@ impl AdminService {
         body: &RuleBody,
     ) -> Result<RuleInfo, ServiceError> {
         self.authorize(actor, tenant_id).await?;
-        self.check_rule(tenant_id, body, None).await?;
-        let mut tx = self.db.begin().await?;
+        let mut tx = self.begin_rule_change(tenant_id, body).await?;
+        Self::check_rule(&mut tx, tenant_id, body, None).await?;
         let rule = store::rules::insert(&mut tx, tenant_id, body).await?;
         self.commit(
             tx,
@@ -102,8 +123,8 @@ impl AdminService {
         body: &RuleBody,
     ) -> Result<RuleInfo, ServiceError> {
         self.authorize(actor, tenant_id).await?;
-        self.check_rule(tenant_id, body, Some(id)).await?;
-        let mut tx = self.db.begin().await?;
+        let mut tx = self.begin_rule_change(tenant_id, body).await?;
+        Self::check_rule(&mut tx, tenant_id, body, Some(id)).await?;
         let rule = store::rules::update(&mut tx, tenant_id, id, body)
             .await?
             .ok_or(ServiceError::NotFound("rule"))?;

@@ -24,6 +24,9 @@ impl AdminService {
         if name.is_empty() || name.len() > 100 {
             return Err(invalid("name", "must be 1 to 100 characters"));
         }
+        if let Some(problem) = app::text::unreadable(name) {
+            return Err(invalid("name", problem));
+        }
         let mut tx = self.db.begin().await?;
         let tenant = store::tenants::insert(&mut tx, name).await?;
         let detail = json!({ "name": name });

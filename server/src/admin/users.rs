@@ -16,6 +16,9 @@ fn check_email(email: &str) -> Result<String, ServiceError> {
     if !email.contains('@') || email.len() > 254 || email.chars().any(char::is_whitespace) {
         return Err(invalid("email", "must be an email address"));
     }
+    if let Some(problem) = app::text::unreadable(&email) {
+        return Err(invalid("email", problem));
+    }
     Ok(email)
 }
 

@@ -30,7 +30,7 @@ use app::rules::FailureMode;
 pub use error::DecideError;
 pub use identity::{Identities, UsageRecorder};
 pub use input::{CheckInput, InputError};
-pub use tenant::CompiledTenant;
+pub use tenant::{CompiledTenant, MAX_RULES_PER_MATCH};
 
 use crate::dashboard::LiveInstances;
 use crate::limiter::{CheckRequest, Limiter, LimiterError, MemoryBackend};

@@ -8,8 +8,15 @@ use std::sync::Arc;
 use app::rules::MatchKind;
 use app::tenants::TenantStatus;
 
+use crate::limiter::MAX_RULES;
 use crate::store::rules::Rule;
 use crate::store::tenants::Tenant;
+
+/// At most this many rules of one match (`all`, `default`, or one route) count per tenant, so
+/// that a check (its route's rules and the `all` rules) never takes more than the limiter's
+/// [`MAX_RULES`]. The admin service refuses a rule past it, atomically; should the store hold
+/// more anyway, compiling keeps the oldest and says so in the log.
+pub const MAX_RULES_PER_MATCH: usize = MAX_RULES / 2;
 
 /// A tenant's status and its enabled rules, compiled for matching.
 #[derive(Debug, Clone, PartialEq)]
@@ -43,9 +50,28 @@ impl CompiledTenant {
                 _ => {}
             }
         }
-        compiled
-            .prefixes
-            .sort_by_key(|r| std::cmp::Reverse(r.body.route.as_ref().map_or(0, String::len)));
+        let tenant = compiled.tenant.id.clone();
+        for rules in compiled.exact.values_mut() {
+            keep_oldest(&tenant, rules);
+        }
+        keep_oldest(&tenant, &mut compiled.default);
+        keep_oldest(&tenant, &mut compiled.all);
+        // Prefix rules: the oldest few of each prefix, longest prefix first.
+        let mut by_prefix: HashMap<String, Vec<Arc<Rule>>> = HashMap::new();
+        for rule in compiled.prefixes.drain(..) {
+            let prefix = rule.body.route.clone().unwrap_or_default();
+            by_prefix.entry(prefix).or_default().push(rule);
+        }
+        for mut rules in by_prefix.into_values() {
+            keep_oldest(&tenant, &mut rules);
+            compiled.prefixes.extend(rules);
+        }
+        compiled.prefixes.sort_by(|a, b| {
+            let len = |r: &Rule| r.body.route.as_ref().map_or(0, String::len);
+            len(b)
+                .cmp(&len(a))
+                .then_with(|| a.body.name.cmp(&b.body.name))
+        });
         compiled
     }
 
@@ -83,6 +109,31 @@ impl CompiledTenant {
             .chain(self.all.iter().cloned())
             .collect()
     }
+}
+
+/// Rules in the order they were stored (then by id, so the order is total).
+fn order(a: &Rule, b: &Rule) -> std::cmp::Ordering {
+    (a.created_at, &a.id).cmp(&(b.created_at, &b.id))
+}
+
+/// Keeps the [`MAX_RULES_PER_MATCH`] oldest of `rules` (all of one match), in their order,
+/// and logs the rest.
+fn keep_oldest(tenant: &str, rules: &mut Vec<Arc<Rule>>) {
+    if rules.len() <= MAX_RULES_PER_MATCH {
+        return;
+    }
+    let mut by_age: Vec<&Arc<Rule>> = rules.iter().collect();
+    by_age.sort_by(|a, b| order(a, b));
+    let ignored: Vec<String> = by_age[MAX_RULES_PER_MATCH..]
+        .iter()
+        .map(|r| r.id.clone())
+        .collect();
+    tracing::warn!(
+        tenant,
+        ?ignored,
+        "more rules of one match than a check can take; the newest are ignored"
+    );
+    rules.retain(|r| !ignored.contains(&r.id));
 }
 
 #[cfg(test)]
@@ -147,6 +198,44 @@ mod tests {
         assert_eq!(
             names(&t.resolve("POST /orders")),
             ["fallback", "tenant-wide"]
+        );
+    }
+
+    #[test]
+    fn a_check_never_takes_more_rules_than_the_limiter_accepts() {
+        // More rules than the admin service allows (written behind its back): the oldest
+        // of each match count, so a check still fits the limiter.
+        let aged = |name: &str, kind, route, created_at| {
+            let mut r = rule(name, kind, route);
+            r.created_at = created_at;
+            r
+        };
+        let mut rules = Vec::new();
+        for i in 0..6 {
+            rules.push(aged(
+                &format!("exact-{i}"),
+                MatchKind::Exact,
+                Some("GET /a"),
+                10 - i,
+            ));
+            rules.push(aged(
+                &format!("prefix-{i}"),
+                MatchKind::Prefix,
+                Some("GET /"),
+                i,
+            ));
+            rules.push(aged(&format!("all-{i}"), MatchKind::All, None, i));
+        }
+        let t = compiled(rules);
+        let on_a = t.resolve("GET /a");
+        assert_eq!(on_a.len(), MAX_RULES);
+        assert_eq!(
+            names(&on_a),
+            ["exact-2", "exact-3", "exact-4", "exact-5", "all-0", "all-1", "all-2", "all-3"]
+        );
+        assert_eq!(
+            names(&t.resolve("GET /b")),
+            ["prefix-0", "prefix-1", "prefix-2", "prefix-3", "all-0", "all-1", "all-2", "all-3"]
         );
     }
 

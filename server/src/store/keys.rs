@@ -105,6 +105,25 @@ pub async fn list_for_tenant(db: &Db, tenant_id: &str) -> Result<Vec<ApiKey>, St
     )
 }
 
+/// How many keys of `tenant_id` work now (neither revoked nor expired; keys in a rotation's
+/// grace count).
+pub async fn count_live(exec: impl Into<Exec<'_>>, tenant_id: &str) -> Result<u64, StoreError> {
+    let sql = "SELECT COUNT(*) FROM api_keys WHERE tenant_id = $1 AND revoked_at IS NULL \
+               AND (expires_at IS NULL OR expires_at > $2)";
+    let count: i64 = with_exec!(exec.into(), conn => {
+        sqlx::query_scalar(sql).bind(tenant_id).bind(now_ms()).fetch_one(conn).await?
+    });
+    Ok(u64::try_from(count).unwrap_or(0))
+}
+
+/// The operator keys (no tenant), newest first.
+pub async fn list_operators(db: &Db) -> Result<Vec<ApiKey>, StoreError> {
+    let sql = format!(
+        "SELECT {COLUMNS} FROM api_keys WHERE tenant_id IS NULL ORDER BY created_at DESC, id"
+    );
+    Ok(with_pool!(db, pool => sqlx::query_as::<_, ApiKey>(&sql).fetch_all(pool).await?))
+}
+
 /// Revokes a key now; false when it does not exist or was already revoked.
 pub async fn revoke(exec: impl Into<Exec<'_>>, id: &str) -> Result<bool, StoreError> {
     let sql = "UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL";
@@ -116,21 +135,31 @@ pub async fn revoke(exec: impl Into<Exec<'_>>, id: &str) -> Result<bool, StoreEr
 
 /// Issues `new` in place of key `old_id`, which keeps working until `grace_until` (or its
 /// own earlier expiry). It takes a transaction: the two writes (and the caller's audit
-/// event) commit together or not at all.
+/// event) commit together or not at all. `None` when the old key is no longer live as the
+/// transaction sees it (revoked or expired by a concurrent change): the caller must then
+/// drop the transaction, which undoes the new key.
 pub async fn rotate(
     tx: &mut Tx,
     old_id: &str,
     new: &NewKey<'_>,
     grace_until: i64,
-) -> Result<ApiKey, StoreError> {
+) -> Result<Option<ApiKey>, StoreError> {
     let row = insert(&mut *tx, new).await?;
+    // On PostgreSQL this waits for a concurrent revocation of the row and then sees it.
     let expire = "UPDATE api_keys SET replaced_by = $1, \
                   expires_at = CASE WHEN expires_at IS NULL OR expires_at > $2 THEN $2 ELSE expires_at END \
-                  WHERE id = $3";
-    with_exec!(Exec::Tx(tx), conn => {
-        sqlx::query(expire).bind(&row.id).bind(grace_until).bind(old_id).execute(conn).await?;
+                  WHERE id = $3 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > $4)";
+    let affected = with_exec!(Exec::Tx(tx), conn => {
+        sqlx::query(expire)
+            .bind(&row.id)
+            .bind(grace_until)
+            .bind(old_id)
+            .bind(now_ms())
+            .execute(conn)
+            .await?
+            .rows_affected()
     });
-    Ok(row)
+    Ok((affected == 1).then_some(row))
 }
 
 /// Records that these keys were used at `at` (called in batches, off the check path).

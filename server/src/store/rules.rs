@@ -3,7 +3,7 @@
 use app::rules::{FailureMode, MatchKind, RuleBody, Scope};
 use serde::Serialize;
 
-use super::{conflict_as, now_ms, with_exec, with_pool, Db, Exec, StoreError};
+use super::{conflict_as, now_ms, with_exec, Db, Exec, StoreError};
 
 /// A stored rule.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -185,7 +185,14 @@ pub async fn get(
 
 /// A tenant's rules, by name.
 pub async fn list(db: &Db, tenant_id: &str) -> Result<Vec<Rule>, StoreError> {
+    list_in(db, tenant_id).await
+}
+
+/// A tenant's rules, by name, read through `exec` (inside a transaction, what it sees).
+pub async fn list_in(exec: impl Into<Exec<'_>>, tenant_id: &str) -> Result<Vec<Rule>, StoreError> {
     let sql = format!("SELECT {COLUMNS} FROM rules WHERE tenant_id = $1 ORDER BY name");
-    let rows = with_pool!(db, pool => sqlx::query_as::<_, Row>(&sql).bind(tenant_id).fetch_all(pool).await?);
+    let rows = with_exec!(exec.into(), conn => {
+        sqlx::query_as::<_, Row>(&sql).bind(tenant_id).fetch_all(conn).await?
+    });
     rows.into_iter().map(Rule::try_from).collect()
 }

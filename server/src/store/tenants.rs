@@ -4,7 +4,7 @@ use serde::Serialize;
 
 use app::tenants::TenantStatus;
 
-use super::{conflict_as, now_ms, with_exec, with_pool, Db, Exec, StoreError};
+use super::{conflict_as, now_ms, with_exec, with_pool, Db, Exec, StoreError, Tx};
 
 /// A tenant as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
@@ -60,6 +60,17 @@ pub async fn list(db: &Db) -> Result<Vec<Tenant>, StoreError> {
         sqlx::query_as::<_, Tenant>(&sql).fetch_all(pool).await?
     });
     Ok(tenants)
+}
+
+/// Locks the tenant's row until the transaction ends (a write that changes nothing: a row
+/// lock on PostgreSQL, the database's write lock on SQLite), so that counts read after it
+/// inside the transaction stay true until the commit. False when there is no such tenant.
+pub async fn lock(tx: &mut Tx, id: &str) -> Result<bool, StoreError> {
+    let sql = "UPDATE tenants SET updated_at = updated_at WHERE id = $1";
+    let affected = with_exec!(Exec::from(tx), conn => {
+        sqlx::query(sql).bind(id).execute(conn).await?.rows_affected()
+    });
+    Ok(affected == 1)
 }
 
 /// Sets the status; returns false when there is no such tenant.

@@ -1,7 +1,9 @@
-//! Prometheus metrics. Labels are bounded: route templates and status codes, never raw paths,
-//! subjects or keys.
+//! Prometheus metrics. Every label is bounded: route templates, status codes, the nine HTTP
+//! methods (`other` for the rest), cache names, Redis nodes, and at most
+//! [`MAX_POLICY_LABELS`] rule names (`other` after that); never raw paths, subjects or keys.
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use prometheus::{
@@ -48,6 +50,43 @@ pub struct Metrics {
     change_subscriptions: prometheus::IntCounter,
     /// HTTP requests being served now.
     http_in_flight: IntGauge,
+    /// The rule names that have a `policy` label of their own.
+    policies: Arc<PolicyLabels>,
+}
+
+/// The most distinct rule names `/metrics` carries as `policy` labels; checks of any further
+/// rule are counted under `other`. Rule names are chosen by tenants, so without a bound a
+/// tenant creating and deleting rules would grow every scrape without end.
+pub const MAX_POLICY_LABELS: usize = 1_000;
+
+/// The `policy` label values handed out so far.
+#[derive(Debug, Default)]
+struct PolicyLabels(RwLock<HashSet<Box<str>>>);
+
+impl PolicyLabels {
+    /// `policy` itself while it has (or can get) a label of its own, `other` after that.
+    fn label<'a>(&self, policy: &'a str) -> &'a str {
+        let known = self
+            .0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if known.contains(policy) {
+            return policy;
+        }
+        drop(known);
+        let mut known = self
+            .0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if known.len() < MAX_POLICY_LABELS {
+            known.insert(policy.into());
+            policy
+        } else if known.contains(policy) {
+            policy
+        } else {
+            "other"
+        }
+    }
 }
 
 const LATENCY_BUCKETS: [f64; 14] = [
@@ -202,12 +241,19 @@ impl Metrics {
             cache_loads,
             change_subscriptions,
             http_in_flight,
+            policies: Arc::default(),
         }
     }
 
     /// Counts what happened to one check for `tenant`'s `policy` (`""`: no rule applied), on
     /// `/metrics` (by policy) and in the dashboards' current second (by tenant and policy).
     pub fn outcome(&self, tenant: &str, policy: &str, outcome: Outcome) {
+        self.live.decision(tenant, policy, outcome);
+        let policy = if policy.is_empty() {
+            policy
+        } else {
+            self.policies.label(policy)
+        };
         match outcome {
             Outcome::Allowed if policy.is_empty() => {
                 self.decisions.with_label_values(&["", "no_rule"]).inc();
@@ -220,7 +266,6 @@ impl Metrics {
             // A limiter error is a 500 on /metrics (http_requests_total).
             Outcome::Error => {}
         }
-        self.live.decision(tenant, policy, outcome);
     }
 
     /// Times one limiter call (`slot`: the Cluster slot of its keys, for per-shard latency).
@@ -303,5 +348,23 @@ pub struct InFlight(IntGauge);
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.dec();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rule_names_past_the_cap_share_the_other_label() {
+        let labels = PolicyLabels::default();
+        for i in 0..MAX_POLICY_LABELS {
+            let name = format!("rule-{i}");
+            assert_eq!(labels.label(&name), name);
+        }
+        assert_eq!(labels.label("one-too-many"), "other");
+        // Names that got a label keep it.
+        assert_eq!(labels.label("rule-7"), "rule-7");
+        assert_eq!(labels.0.read().unwrap().len(), MAX_POLICY_LABELS);
     }
 }

@@ -20,6 +20,7 @@ use super::credentials::presented_key;
 use super::error::{ApiError, AppJson};
 use super::state::AppState;
 use crate::admin::keys::{KeyBody, RotateBody};
+use crate::admin::quotas::QuotasBody;
 use crate::admin::Actor;
 
 /// The admin routes.
@@ -29,6 +30,10 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/admin/tenants/{tenant}", get(get_tenant))
         .route("/v1/admin/tenants/{tenant}/suspend", post(suspend))
         .route("/v1/admin/tenants/{tenant}/resume", post(resume))
+        .route(
+            "/v1/admin/tenants/{tenant}/quotas",
+            get(get_quotas).put(set_quotas),
+        )
         .route(
             "/v1/admin/tenants/{tenant}/rules",
             get(list_rules).post(create_rule),
@@ -52,6 +57,15 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/admin/tenants/{tenant}/simulate", post(simulate))
         .route("/v1/admin/tenants/{tenant}/audit", get(tenant_audit))
         .route("/v1/admin/audit", get(platform_audit))
+        .route("/v1/admin/operator-keys", get(list_operator_keys))
+        .route(
+            "/v1/admin/operator-keys/{id}/rotate",
+            post(rotate_operator_key),
+        )
+        .route(
+            "/v1/admin/operator-keys/{id}/revoke",
+            post(revoke_operator_key),
+        )
 }
 
 /// The acting admin or operator, from the request's key: an extractor, so every handler
@@ -64,7 +78,9 @@ impl FromRequestParts<AppState> for Acting {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         let key = state.identities.key(presented_key(&parts.headers)).await?;
-        let label = format!("key:{}", key.prefix);
+        // The key's id makes the actor unique: display prefixes are only a few characters,
+        // so another key could be made to share one.
+        let label = format!("key:{} ({})", key.id, key.prefix);
         match (key.kind, key.tenant_id) {
             (Some(KeyKind::Operator), _) => Ok(Acting(Actor::Operator { label })),
             (Some(KeyKind::Admin), Some(tenant_id)) => {
@@ -219,6 +235,50 @@ async fn revoke_key(
     Path((tenant, id)): Path<(String, String)>,
 ) -> Result<impl IntoResponse, ApiError> {
     Ok(Json(state.admin.revoke_key(&actor, &tenant, &id).await?))
+}
+
+async fn get_quotas(
+    State(state): State<AppState>,
+    Acting(actor): Acting,
+    Path(tenant): Path<String>,
+) -> Result<impl IntoResponse, ApiError> {
+    Ok(Json(state.admin.quotas(&actor, &tenant).await?))
+}
+
+async fn set_quotas(
+    State(state): State<AppState>,
+    Acting(actor): Acting,
+    Path(tenant): Path<String>,
+    AppJson(body): AppJson<QuotasBody>,
+) -> Result<impl IntoResponse, ApiError> {
+    Ok(Json(state.admin.set_quotas(&actor, &tenant, &body).await?))
+}
+
+async fn list_operator_keys(
+    State(state): State<AppState>,
+    Acting(actor): Acting,
+) -> Result<impl IntoResponse, ApiError> {
+    Ok(Json(state.admin.list_operator_keys(&actor).await?))
+}
+
+async fn rotate_operator_key(
+    State(state): State<AppState>,
+    Acting(actor): Acting,
+    Path(id): Path<String>,
+    AppJson(body): AppJson<RotateBody>,
+) -> Result<impl IntoResponse, ApiError> {
+    Ok((
+        StatusCode::CREATED,
+        Json(state.admin.rotate_operator_key(&actor, &id, &body).await?),
+    ))
+}
+
+async fn revoke_operator_key(
+    State(state): State<AppState>,
+    Acting(actor): Acting,
+    Path(id): Path<String>,
+) -> Result<impl IntoResponse, ApiError> {
+    Ok(Json(state.admin.revoke_operator_key(&actor, &id).await?))
 }
 
 async fn simulate(

@@ -32,12 +32,21 @@ use crate::store::{self, users::User, Db, StoreError};
 
 /// Session key of the signed-in user's id.
 const USER_ID: &str = "user_id";
-/// Sign-in attempts allowed per email: 10 a minute.
-const SIGN_IN_LIMIT: (u64, u64) = (10, 60_000);
+/// Sign-in budgets, each `(limit, period_ms)`, decided by the decision core as the console's
+/// own pseudo-tenant (see [`CONSOLE_LIMITS`]):
+/// - per email *and* client: 10 a minute, refilled one every 6 s (GCRA), so a wrong password
+///   costs its owner a short wait and a stranger elsewhere cannot lock the account;
+const PER_EMAIL_AND_CLIENT: (u64, u64) = (10, 60_000);
+/// - per client, whatever the email: 30 a minute (guessing across many accounts);
+const PER_CLIENT: (u64, u64) = (30, 60_000);
+/// - for the whole instance: 20 a second, refused at once rather than queued.
+const PER_INSTANCE: (u64, u64) = (20, 1_000);
+/// How long a sign-in waits for a free password hasher before it is told to retry.
+const HASHER_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The console's own limits, decided by the decision core like any tenant's: the pseudo-tenant
-/// `_console` with one rule, `sign-in`, per email. It fails open, so an unreachable limiter
-/// never locks everyone out.
+/// `_console` with one rule per sign-in budget, each on its own route. They fail open, so an
+/// unreachable limiter never locks everyone out.
 static CONSOLE_LIMITS: LazyLock<CompiledTenant> = LazyLock::new(|| {
     let tenant = Tenant {
         id: "_console".into(),
@@ -46,15 +55,14 @@ static CONSOLE_LIMITS: LazyLock<CompiledTenant> = LazyLock::new(|| {
         created_at: 0,
         updated_at: 0,
     };
-    let (limit, period_ms) = SIGN_IN_LIMIT;
-    let rule = Rule {
-        id: "sign-in".into(),
+    let rule = |route: &str, scope: Scope, (limit, period_ms): (u64, u64)| Rule {
+        id: route.into(),
         tenant_id: tenant.id.clone(),
         body: RuleBody {
-            name: "sign-in".into(),
+            name: route.into(),
             match_kind: MatchKind::Exact,
-            route: Some("sign-in".into()),
-            scope: Scope::Subject,
+            route: Some(route.into()),
+            scope,
             algorithm: Algorithm::Gcra,
             limit,
             period_ms,
@@ -67,8 +75,31 @@ static CONSOLE_LIMITS: LazyLock<CompiledTenant> = LazyLock::new(|| {
         created_at: 0,
         updated_at: 0,
     };
-    CompiledTenant::compile(tenant, vec![rule])
+    let rules = vec![
+        rule(SIGN_IN_ALL, Scope::Tenant, PER_INSTANCE),
+        rule(SIGN_IN_CLIENT, Scope::Subject, PER_CLIENT),
+        rule(SIGN_IN_EMAIL, Scope::Subject, PER_EMAIL_AND_CLIENT),
+    ];
+    CompiledTenant::compile(tenant.clone(), rules)
 });
+
+/// The routes of the sign-in budgets in [`CONSOLE_LIMITS`].
+const SIGN_IN_ALL: &str = "sign-in";
+const SIGN_IN_CLIENT: &str = "sign-in/client";
+const SIGN_IN_EMAIL: &str = "sign-in/email-and-client";
+
+/// The address the request came from (the socket's peer), or `unknown` when it was served
+/// without a socket (tests that call the router directly).
+fn client_address() -> String {
+    leptos::prelude::use_context::<Parts>()
+        .and_then(|parts| {
+            parts
+                .extensions
+                .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+                .map(|info| info.0.ip().to_string())
+        })
+        .unwrap_or_else(|| "unknown".to_owned())
+}
 
 /// The session of the request being served (tower-sessions puts it in the request's
 /// extensions; leptos_axum provides the request parts to server functions).
@@ -103,8 +134,9 @@ fn service_error(e: ServiceError) -> AppError {
                 .collect::<Vec<_>>()
                 .join("; "),
         ),
+        ServiceError::Conflict(m) => AppError::Conflict(m),
         ServiceError::Store(StoreError::Conflict(what)) => {
-            AppError::Invalid(format!("{what} already exists"))
+            AppError::Conflict(format!("{what} already exists"))
         }
         ServiceError::Store(e) => store_error(e),
         ServiceError::Limiter(e) if e.is_transient() => {
@@ -185,9 +217,12 @@ pub struct ConsoleService {
     admin: AdminService,
     dashboard: Dashboard,
     embedded: bool,
+    /// Permits to hash a password, one per sign-in at a time.
+    hashers: Arc<tokio::sync::Semaphore>,
 }
 
 impl ConsoleService {
+    /// The console over these parts; at most `hashers` sign-ins verify a password at once.
     pub fn new(
         db: Db,
         limiter: Limiter,
@@ -195,6 +230,7 @@ impl ConsoleService {
         admin: AdminService,
         dashboard: Dashboard,
         embedded: bool,
+        hashers: usize,
     ) -> Self {
         Self {
             db,
@@ -203,6 +239,7 @@ impl ConsoleService {
             admin,
             dashboard,
             embedded,
+            hashers: Arc::new(tokio::sync::Semaphore::new(hashers.max(1))),
         }
     }
 
@@ -227,8 +264,9 @@ impl ConsoleService {
 impl StatusPort for ConsoleService {
     async fn status(&self) -> Result<Status, AppError> {
         let readiness = readiness::probe(&self.db, &self.limiter).await;
+        let signed_in = matches!(self.session_user().await, Ok(Some(_)));
         Ok(Status {
-            version: env!("CARGO_PKG_VERSION").to_owned(),
+            version: signed_in.then(|| env!("CARGO_PKG_VERSION").to_owned()),
             mode: if self.embedded {
                 "embedded"
             } else {
@@ -252,11 +290,21 @@ impl AuthPort for ConsoleService {
                 "enter your email and your password".into(),
             ));
         }
-        self.limit_sign_in(&email).await?;
+        self.limit_sign_in(&email, &client_address()).await?;
         let user = store::users::find_by_email(&self.db, &email)
             .await
             .map_err(store_error)?;
         let stored = user.as_ref().map(|u| u.password_hash.clone());
+        // Each hash takes 19 MiB and a core for a moment: at most `hashers` at once.
+        let _hasher = tokio::time::timeout(HASHER_WAIT, self.hashers.acquire())
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .ok_or_else(|| {
+                AppError::Unavailable(
+                    "sign-in (too many at once; try again in a few seconds)".into(),
+                )
+            })?;
         let matched = passwords::verify(password.to_owned(), stored).await;
         let Some(user) = user.filter(|_| matched) else {
             return Err(AppError::Invalid("wrong email or password".into()));
@@ -382,6 +430,7 @@ impl KeysPort for ConsoleService {
             name: name.to_owned(),
             hash: hash.to_owned(),
             prefix: prefix.to_owned(),
+            expires_in_seconds: None,
         };
         self.admin
             .create_key(&actor, tenant, &body)
@@ -453,29 +502,51 @@ impl DashboardPort for ConsoleService {
 }
 
 impl ConsoleService {
-    /// Sign-in attempts are rate-limited per email by the decision core, against the console's
-    /// own limits ([`CONSOLE_LIMITS`]). If the limiter itself is down, sign-in stays possible
-    /// (the rule fails open) and the core says so in the log.
-    async fn limit_sign_in(&self, email: &str) -> Result<(), AppError> {
-        let input = CheckInput::new("sign-in", Some(email))
-            .map_err(|_| AppError::Invalid("wrong email or password".into()))?;
-        match self
-            .decider
-            .decide(&CONSOLE_LIMITS, &input, Mode::Internal)
-            .await
-        {
-            Ok(Answer::Decided(d)) if !d.allowed => {
-                let wait = d.deciding().1.retry_after_ms.div_ceil(1000);
-                Err(AppError::Invalid(format!(
-                    "too many sign-in attempts for this email; try again in {wait} s"
-                )))
-            }
-            Ok(_) => Ok(()),
-            Err(e) => {
-                tracing::warn!(error = %e, "sign-in limiter unavailable; allowing the attempt");
-                Ok(())
+    /// A sign-in attempt spends from three budgets, decided by the decision core against the
+    /// console's own limits ([`CONSOLE_LIMITS`]): the instance's, the client's, and the email's
+    /// from this client. The first one spent refuses the attempt before any password is hashed.
+    /// If the limiter itself is down, sign-in stays possible (the rules fail open) and the core
+    /// says so in the log.
+    async fn limit_sign_in(&self, email: &str, client: &str) -> Result<(), AppError> {
+        // An email can be long; its digest keeps the subject within its 256 bytes.
+        let email_and_client = format!(
+            "{client} {}",
+            hex::encode(<sha2::Sha256 as sha2::Digest>::digest(email.as_bytes()))
+        );
+        let budgets = [
+            (SIGN_IN_ALL, None, "sign-ins on this instance"),
+            (
+                SIGN_IN_CLIENT,
+                Some(client),
+                "sign-in attempts from your address",
+            ),
+            (
+                SIGN_IN_EMAIL,
+                Some(email_and_client.as_str()),
+                "sign-in attempts for this email",
+            ),
+        ];
+        for (route, subject, what) in budgets {
+            let input = CheckInput::new(route, subject)
+                .map_err(|_| AppError::Invalid("wrong email or password".into()))?;
+            match self
+                .decider
+                .decide(&CONSOLE_LIMITS, &input, Mode::Internal)
+                .await
+            {
+                Ok(Answer::Decided(d)) if !d.allowed => {
+                    let wait = d.deciding().1.retry_after_ms.div_ceil(1000).max(1);
+                    return Err(AppError::TooMany(format!(
+                        "too many {what}; try again in {wait} s"
+                    )));
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "sign-in limiter unavailable; allowing the attempt");
+                }
             }
         }
+        Ok(())
     }
 }
 

@@ -142,6 +142,7 @@ impl From<ServiceError> for ApiError {
             ServiceError::NotFound(_) => ApiError::NotFound,
             ServiceError::Forbidden(m) => ApiError::Forbidden(m),
             ServiceError::Invalid(fields) => ApiError::Invalid(fields),
+            ServiceError::Conflict(m) => ApiError::Conflict(m),
             ServiceError::Store(StoreError::Conflict(what)) => {
                 ApiError::Conflict(format!("{what} already exists"))
             }

@@ -3,7 +3,9 @@
 //! console session. Operators may leave `tenant` out to see the fleet; a tenant admin sees
 //! only their own tenant. Who may watch what is the admin service's decision
 //! ([`crate::admin::AdminService::authorize_dashboard`]), asked again every
-//! [`RECHECK_EVERY`] frames with the user read afresh from the store.
+//! [`RECHECK_EVERY`] frames with the session and the user read afresh from the store, so a
+//! stream ends within seconds of sign-out, expiry, suspension or removal. One session holds
+//! at most [`STREAMS_PER_SESSION`] streams; one more is refused with 429.
 
 use std::convert::Infallible;
 
@@ -20,7 +22,9 @@ use tower_sessions::Session;
 
 use super::console::dashboard_scope;
 use super::state::AppState;
+use super::stream_slots::{StreamSlot, STREAMS_PER_SESSION};
 use crate::dashboard::view::Scope;
+use crate::store::sessions::SqlSessionStore;
 
 #[derive(Debug, Deserialize)]
 pub struct LiveQuery {
@@ -31,14 +35,7 @@ pub struct LiveQuery {
 }
 
 fn refuse(e: &AppError) -> Response {
-    let status = match e {
-        AppError::Unauthorized => StatusCode::UNAUTHORIZED,
-        AppError::Forbidden(_) => StatusCode::FORBIDDEN,
-        AppError::NotFound => StatusCode::NOT_FOUND,
-        AppError::Invalid(_) => StatusCode::BAD_REQUEST,
-        AppError::Unavailable(_) | AppError::Transport(_) => StatusCode::SERVICE_UNAVAILABLE,
-        AppError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
-    };
+    let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     (status, e.to_string()).into_response()
 }
 
@@ -64,13 +61,26 @@ pub async fn handler(
         Ok(scope) => scope,
         Err(e) => return refuse(&e),
     };
-    Sse::new(frames(state, session, tenant, scope, range))
+    let Some(id) = session.id() else {
+        return refuse(&AppError::Unauthorized);
+    };
+    let Some(slot) = state.streams.take(id) else {
+        return (
+            StatusCode::TOO_MANY_REQUESTS,
+            format!(
+                "this session already has {STREAMS_PER_SESSION} dashboard streams open; close one"
+            ),
+        )
+            .into_response();
+    };
+    Sse::new(frames(state, session, slot, tenant, scope, range))
         .keep_alive(KeepAlive::default())
         .into_response()
 }
 
-/// How often (in frames) an open stream checks again that its session may still see it.
-const RECHECK_EVERY: u32 = 30;
+/// How often (in frames, about seconds) an open stream checks again that its session exists
+/// and may still see it.
+const RECHECK_EVERY: u32 = 2;
 
 fn frame_event(dashboard: &crate::dashboard::Dashboard, scope: &Scope, range: Range) -> Event {
     Event::default()
@@ -83,6 +93,8 @@ fn frame_event(dashboard: &crate::dashboard::Dashboard, scope: &Scope, range: Ra
 struct Stream {
     state: AppState,
     session: Session,
+    /// This stream's place among its session's; freed when the stream ends.
+    _slot: StreamSlot,
     tenant: Option<String>,
     scope: Scope,
     range: Range,
@@ -91,9 +103,32 @@ struct Stream {
     sent: u32,
 }
 
+/// Whether the stream's session still exists in the store (not signed out, not expired) and
+/// its user may still watch this dashboard. The session object the request brought is a copy
+/// read when the stream opened, so the record is read again here.
+async fn still_allowed(s: &Stream) -> bool {
+    let Some(id) = s.session.id() else {
+        return false;
+    };
+    let store = SqlSessionStore::new(s.state.db.clone());
+    match tower_sessions::SessionStore::load(&store, &id).await {
+        Ok(Some(_)) => {}
+        Ok(None) => return false,
+        // The store did not answer: keep streaming and ask again at the next check.
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot re-read a dashboard stream's session");
+            return true;
+        }
+    }
+    dashboard_scope(&s.state.db, &s.state.admin, &s.session, s.tenant.as_deref())
+        .await
+        .is_ok()
+}
+
 fn frames(
     state: AppState,
     session: Session,
+    slot: StreamSlot,
     tenant: Option<String>,
     scope: Scope,
     range: Range,
@@ -103,6 +138,7 @@ fn frames(
         stopping: state.dashboard.stopping(),
         state,
         session,
+        _slot: slot,
         tenant,
         scope,
         range,
@@ -122,11 +158,7 @@ fn frames(
             }
             // Signed out, suspended or no longer an admin of the tenant: the stream ends
             // (the browser reconnects and is refused).
-            if s.sent % RECHECK_EVERY == 0
-                && dashboard_scope(&s.state.db, &s.state.admin, &s.session, s.tenant.as_deref())
-                    .await
-                    .is_err()
-            {
+            if s.sent % RECHECK_EVERY == 0 && !still_allowed(&s).await {
                 return None;
             }
         }

@@ -4,22 +4,28 @@
 //! - [`check`]: `POST /v1/check` over the decision core ([`crate::decide`]);
 //! - [`admin_api`]: `/v1/admin/*` over the admin service ([`crate::admin`]);
 //! - [`console`]: the console's server functions (sessions, sign-in) over the same service;
+//! - [`listener`]: accepting connections, with header and idle timeouts and a cap;
 //! - [`live`]: `GET /live/dashboard`, the dashboards' server-sent events;
+//!   [`stream_slots`]: how many streams each session holds open;
 //! - [`ops`]: `/healthz`, `/readyz`, `/metrics` and the request-counting middleware;
 //!   [`readiness`]: the probe of the database and the limiter behind `/readyz`;
 //! - [`openapi`]: `GET /v1/openapi.json`;
+//! - [`browser`]: security headers, and same-origin calls only for server functions;
 //! - [`credentials`]: the API key a request presents;
 //! - [`error`]: the HTTP error boundary (problem+json);
 //! - [`state`]: the one shared application state; [`router`]: every route in one place.
 
 pub mod admin_api;
+pub mod browser;
 pub mod check;
 pub mod console;
 pub mod credentials;
 pub mod error;
+pub mod listener;
 pub mod live;
 pub mod openapi;
 pub mod ops;
 pub mod readiness;
 pub mod router;
 pub mod state;
+pub mod stream_slots;

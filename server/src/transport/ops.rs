@@ -3,11 +3,14 @@
 //! where to look), `/metrics` (Prometheus text), and [`track`], the middleware that counts
 //! every request by its route template.
 
+use app::keys::KeyKind;
+
+use super::credentials::presented_key;
 use super::readiness::probe;
 use super::state::AppState;
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::header::CONTENT_TYPE;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -17,9 +20,20 @@ pub async fn healthz() -> impl IntoResponse {
     Json(serde_json::json!({ "status": "ok" }))
 }
 
-/// `GET /readyz`: 200 when every dependency answers, 503 naming the ones that do not.
-pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
+/// `GET /readyz`: 200 when every dependency answers, 503 naming the ones that do not. Each
+/// failure's error text goes to the log, and to a caller presenting an operator key; anyone
+/// else (a load balancer, a stranger) gets the names only.
+pub async fn readyz(State(state): State<AppState>, headers: HeaderMap) -> impl IntoResponse {
     let readiness = probe(&state.db, &state.limiter).await;
+    let operator = matches!(
+        state.identities.key(presented_key(&headers)).await,
+        Ok(key) if key.kind == Some(KeyKind::Operator)
+    );
+    let readiness = if operator {
+        readiness
+    } else {
+        readiness.without_errors()
+    };
     let status = if readiness.down.is_empty() {
         StatusCode::OK
     } else {
@@ -41,18 +55,35 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     )
 }
 
+/// The `method` label of a request: one of the nine methods HTTP defines, or `other`, so a
+/// client inventing methods cannot add series to `/metrics`.
+fn method_label(method: &Method) -> &'static str {
+    match method.as_str() {
+        "GET" => "GET",
+        "HEAD" => "HEAD",
+        "POST" => "POST",
+        "PUT" => "PUT",
+        "DELETE" => "DELETE",
+        "PATCH" => "PATCH",
+        "OPTIONS" => "OPTIONS",
+        "CONNECT" => "CONNECT",
+        "TRACE" => "TRACE",
+        _ => "other",
+    }
+}
+
 /// Counts and times every request by its route template.
 pub async fn track(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let route = request
         .extensions()
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
-    let method = request.method().as_str().to_owned();
+    let method = method_label(request.method());
     let _in_flight = state.metrics.http_started();
     let started = std::time::Instant::now();
     let response = next.run(request).await;
     state.metrics.http_request(
-        &method,
+        method,
         &route,
         response.status().as_str(),
         started.elapsed(),

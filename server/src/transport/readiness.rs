@@ -11,7 +11,8 @@ use crate::store::Db;
 /// How long a readiness probe waits for each dependency.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// One dependency's state in the `/readyz` body.
+/// One dependency's state in the `/readyz` body. The error text (addresses, driver messages)
+/// is for operators: [`Readiness::without_errors`] removes it for everyone else.
 #[derive(Debug, Serialize)]
 pub struct Check {
     pub name: &'static str,
@@ -27,6 +28,16 @@ pub struct Readiness {
     /// Names of the dependencies that are down, e.g. `["redis"]`.
     pub down: Vec<&'static str>,
     pub checks: Vec<Check>,
+}
+
+impl Readiness {
+    /// The same reading with each dependency's name and state only.
+    pub fn without_errors(mut self) -> Self {
+        for check in &mut self.checks {
+            check.error = None;
+        }
+        self
+    }
 }
 
 /// Probes the database and the limiter concurrently.
@@ -45,6 +56,9 @@ pub async fn probe(db: &Db, limiter: &Limiter) -> Readiness {
                 error: Some(format!("circuit breaker open for {}", open.join(", "))),
             });
         }
+    }
+    for check in checks.iter().filter(|c| !c.ok) {
+        tracing::warn!(dependency = check.name, error = ?check.error, "readiness probe failed");
     }
     let down: Vec<&'static str> = checks.iter().filter(|c| !c.ok).map(|c| c.name).collect();
     let status = if down.is_empty() {

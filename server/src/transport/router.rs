@@ -8,20 +8,34 @@ use tower_sessions::cookie::SameSite;
 use tower_sessions::{Expiry, SessionManagerLayer};
 
 use super::state::AppState;
-use super::{admin_api, check, live, openapi, ops};
+use super::{admin_api, browser, check, live, openapi, ops};
 use crate::store::sessions::SqlSessionStore;
 
 /// Idle console sessions end after this many hours.
 pub const SESSION_HOURS: i64 = 8;
 
+/// The session cookie's name. Over HTTPS it carries the `__Host-` prefix, so the browser only
+/// accepts it `Secure`, for this host alone and for every path: no subdomain can plant or
+/// overwrite it.
+pub fn session_cookie(secure: bool) -> &'static str {
+    if secure {
+        "__Host-sluice_session"
+    } else {
+        "sluice_session"
+    }
+}
+
 /// The router of one instance.
 pub fn router(state: AppState) -> Router {
     let sessions = SessionManagerLayer::new(SqlSessionStore::new(state.db.clone()))
-        .with_name("sluice_session")
+        .with_name(session_cookie(state.secure_cookies))
         .with_http_only(true)
         .with_same_site(SameSite::Strict)
         .with_secure(state.secure_cookies)
-        .with_expiry(Expiry::OnInactivity(time::Duration::hours(SESSION_HOURS)));
+        .with_expiry(Expiry::OnInactivity(time::Duration::hours(SESSION_HOURS)))
+        // Saved on every request it is used in, so the expiry counts from the last use (idle),
+        // not from the sign-in.
+        .with_always_save(true);
     let routes = generate_route_list(app::App);
     let console = state.console.clone();
     let options = state.leptos_options.clone();
@@ -49,6 +63,9 @@ pub fn router(state: AppState) -> Router {
             app::shell,
         ))
         .layer(sessions)
+        .layer(axum::middleware::from_fn(browser::error_status))
+        .layer(axum::middleware::from_fn(browser::same_origin))
+        .layer(axum::middleware::from_fn(browser::headers))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             ops::track,

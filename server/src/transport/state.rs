@@ -8,6 +8,7 @@ use axum::extract::FromRef;
 use leptos::prelude::LeptosOptions;
 
 use super::console::ConsoleService;
+use super::stream_slots::StreamSlots;
 use crate::admin::AdminService;
 use crate::dashboard::Dashboard;
 use crate::decide::{Decider, Identities};
@@ -31,6 +32,8 @@ pub struct App {
     pub admin: AdminService,
     pub console: Arc<ConsoleService>,
     pub dashboard: Dashboard,
+    /// The dashboard streams each console session holds open.
+    pub streams: StreamSlots,
     /// Whether the session cookie is marked `Secure` (`SLUICE_SECURE_COOKIES`).
     pub secure_cookies: bool,
     /// `/metrics` has a listener of its own (`SLUICE_METRICS_LISTEN`), so the main one

@@ -130,14 +130,34 @@ async fn unknown_revoked_or_expired_keys_get_401() {
     let (status, headers, body) = app.call("POST", "/v1/check", None, Some(&route)).await;
     assert_eq!(status, 401, "{body}");
     assert_eq!(headers["content-type"], "application/problem+json");
-    // Not the shape of a key: refused without a lookup (no cache miss, so no query).
+    // Not the shape of a key: refused without a lookup, at /v1/check and /v1/admin alike.
+    // A key reaches the database only through a key load (a cache miss or refresh), so
+    // zero loads is zero queries.
     let misses = "sluice_cache_lookups_total{cache=\"key\",result=\"miss\"}";
-    let misses_before = app.metric(misses).await;
+    let loads = "sluice_cache_loads_total{cache=\"key\"}";
+    let (misses_before, loads_before) = (app.metric(misses).await, app.metric(loads).await);
+    assert!(
+        loads_before > 0.0,
+        "the keys used so far were loaded and counted"
+    );
     let hex_like = format!("sl_chk_{}", "g".repeat(64));
-    for junk in ["sl_chk_not-a-real-key", "letmein", hex_like.as_str()] {
+    let admin_hex_like = format!("sl_adm_{}", "0".repeat(63));
+    for junk in [
+        "sl_chk_not-a-real-key",
+        "letmein",
+        hex_like.as_str(),
+        admin_hex_like.as_str(),
+    ] {
         assert_eq!(app.check(junk, route.clone()).await.0, 401, "{junk}");
+        let (status, _, body) = app.call("GET", "/v1/admin/tenants", Some(junk), None).await;
+        assert_eq!(status, 401, "{junk}: {body}");
     }
     assert_eq!(app.metric(misses).await, misses_before);
+    assert_eq!(
+        app.metric(loads).await,
+        loads_before,
+        "no key load, so no query"
+    );
     // A well-formed key nobody registered: looked up once, then answered from the
     // negative cache.
     let (unknown, _, _) = new_key(KeyKind::Check);
@@ -289,9 +309,16 @@ async fn wrong_key_kinds_and_suspended_tenants_get_403() {
         .iter()
         .find(|e| e["action"] == "tenant.suspend")
         .unwrap();
+    // The actor names the key by its id (unique) and its display prefix (readable).
+    let actor = suspend["actor"].as_str().unwrap();
+    let (id, prefix) = actor
+        .strip_prefix("key:")
+        .and_then(|rest| rest.split_once(" ("))
+        .unwrap_or_else(|| panic!("{actor}"));
+    assert!(uuid::Uuid::parse_str(id).is_ok(), "{actor}");
     assert!(
-        suspend["actor"].as_str().unwrap().starts_with("key:sl_op_"),
-        "{suspend}"
+        prefix.starts_with("sl_op_") && prefix.ends_with(')'),
+        "{actor}"
     );
     assert!(suspend["at"].as_i64().unwrap() > 0);
 }
@@ -688,7 +715,50 @@ async fn rules_are_validated_with_field_errors() {
     let (status, _, problem) = app
         .call("POST", &path, Some(&t.admin_key), Some(&fifth))
         .await;
-    assert_eq!(status, 400, "at most 4 tenant-wide rules: {problem}");
+    assert_eq!(status, 409, "at most 4 tenant-wide rules: {problem}");
+    assert!(
+        problem
+            .to_string()
+            .contains("at most 4 tenant-wide (all) rules"),
+        "{problem}"
+    );
+}
+
+/// Twelve creates of a tenant-wide rule at once: exactly the cap is stored, the rest are 409.
+async fn concurrent_creates_stop_at_the_cap(app: &TestApp) {
+    let op = app.operator_key().await;
+    let t = setup_tenant(app, &op, &[]).await;
+    let path = format!("/v1/admin/tenants/{}/rules", t.id);
+    let creates = (0..12).map(|i| {
+        let body = rule(&format!("all-{i}"), "all", None, "gcra", 10, 1000);
+        let (path, key) = (path.clone(), t.admin_key.clone());
+        async move { app.call("POST", &path, Some(&key), Some(&body)).await.0 }
+    });
+    let statuses = join_all(creates).await;
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 201).count(),
+        4,
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 409).count(),
+        8,
+        "{statuses:?}"
+    );
+    let (_, _, listed) = app.call("GET", &path, Some(&t.admin_key), None).await;
+    assert_eq!(listed.as_array().unwrap().len(), 4, "{listed}");
+}
+
+#[tokio::test]
+async fn rule_caps_hold_under_concurrent_creates_on_sqlite() {
+    concurrent_creates_stop_at_the_cap(&spawn_embedded().await).await;
+}
+
+#[tokio::test]
+async fn rule_caps_hold_under_concurrent_creates_on_postgres() {
+    let mut config = Config::embedded(tempfile::tempdir().unwrap().path().to_path_buf());
+    config.database_url = Some(shared_postgres().fresh_database().await);
+    concurrent_creates_stop_at_the_cap(&spawn_app(config).await).await;
 }
 
 /// Polls `probe` until it returns true; returns how long that took.
@@ -1099,4 +1169,124 @@ async fn an_instance_ignores_the_echo_of_its_own_changes_but_not_another_instanc
         missed + 1.0,
         "the echo dropped nothing"
     );
+}
+
+#[tokio::test]
+async fn a_key_whose_display_prefix_is_not_the_shape_of_its_kind_is_not_registered() {
+    let app = spawn_embedded().await;
+    let op = app.operator_key().await;
+    let t = setup_tenant(&app, &op, &[limited()]).await;
+    let path = format!("/v1/admin/tenants/{}/keys", t.id);
+    let (_, hash, good) = new_key(KeyKind::Check);
+    for prefix in [
+        "sl_chk_letme",    // not hex: no generated key starts so
+        "sl_adm_0a1b2",    // another kind's start
+        "sl_chk_0a1b",     // too short
+        "sl_chk_0a1b2c3d", // too long
+        "sl_chk_0A1B2",    // upper case
+        "letmein",
+    ] {
+        let body = json!({ "kind": "check", "name": "svc", "hash": hash, "prefix": prefix });
+        let (status, _, answer) = app.call("POST", &path, Some(&op), Some(&body)).await;
+        assert_eq!(status, 400, "{prefix}: {answer}");
+        assert!(answer.to_string().contains("prefix"), "{answer}");
+    }
+    let body = json!({ "kind": "check", "name": "svc", "hash": hash, "prefix": good });
+    let (status, _, answer) = app.call("POST", &path, Some(&op), Some(&body)).await;
+    assert_eq!(status, 201, "{answer}");
+}
+
+#[tokio::test]
+async fn names_with_control_or_invisible_direction_characters_are_refused() {
+    let app = spawn_embedded().await;
+    let op = app.operator_key().await;
+    for name in ["acme\u{202E}emca", "line\nbreak", "zero\u{200B}width"] {
+        let body = json!({ "name": name });
+        let (status, _, problem) = app
+            .call("POST", "/v1/admin/tenants", Some(&op), Some(&body))
+            .await;
+        assert_eq!(status, 400, "{name:?}: {problem}");
+        assert!(problem.to_string().contains("name"), "{problem}");
+    }
+    let t = setup_tenant(&app, &op, &[]).await;
+    let (_, hash, prefix) = new_key(KeyKind::Check);
+    let body = json!({ "kind": "check", "name": "svc\u{2066}", "hash": hash, "prefix": prefix });
+    let path = format!("/v1/admin/tenants/{}/keys", t.id);
+    let (status, _, problem) = app.call("POST", &path, Some(&op), Some(&body)).await;
+    assert_eq!(status, 400, "{problem}");
+    assert!(problem.to_string().contains("invisible"), "{problem}");
+}
+
+#[tokio::test]
+async fn an_operator_sets_a_tenants_quotas_and_past_them_new_rules_and_keys_are_409() {
+    let app = spawn_embedded().await;
+    let op = app.operator_key().await;
+    // setup_tenant registers an admin key and a check key: two working keys.
+    let t = setup_tenant(&app, &op, &[]).await;
+    let quotas = format!("/v1/admin/tenants/{}/quotas", t.id);
+    let (status, _, set) = app
+        .call(
+            "PUT",
+            &quotas,
+            Some(&op),
+            Some(&json!({ "max_rules": 2, "max_keys": 3 })),
+        )
+        .await;
+    assert_eq!(status, 200, "{set}");
+    let rules = format!("/v1/admin/tenants/{}/rules", t.id);
+    let mut statuses = Vec::new();
+    for i in 0..3 {
+        let body = rule(&format!("r{i}"), "exact", Some("GET /q"), "gcra", 10, 1000);
+        statuses.push(
+            app.call("POST", &rules, Some(&t.admin_key), Some(&body))
+                .await
+                .0,
+        );
+    }
+    assert_eq!(statuses, [201, 201, 409]);
+    let keys = format!("/v1/admin/tenants/{}/keys", t.id);
+    let register = |kind: KeyKind| {
+        let (_, hash, prefix) = new_key(kind);
+        json!({ "kind": kind.as_str(), "name": "k", "hash": hash, "prefix": prefix })
+    };
+    let (status, _, third) = app
+        .call(
+            "POST",
+            &keys,
+            Some(&t.admin_key),
+            Some(&register(KeyKind::Check)),
+        )
+        .await;
+    assert_eq!(status, 201, "{third}");
+    let (status, _, problem) = app
+        .call(
+            "POST",
+            &keys,
+            Some(&t.admin_key),
+            Some(&register(KeyKind::Check)),
+        )
+        .await;
+    assert_eq!(status, 409, "{problem}");
+    assert!(
+        problem.to_string().contains("quota of 3 working keys"),
+        "{problem}"
+    );
+    // A revoked key no longer counts.
+    let revoke = format!("{keys}/{}/revoke", third["id"].as_str().unwrap());
+    assert_eq!(
+        app.call("POST", &revoke, Some(&t.admin_key), None).await.0,
+        200
+    );
+    let (status, _, _) = app
+        .call(
+            "POST",
+            &keys,
+            Some(&t.admin_key),
+            Some(&register(KeyKind::Check)),
+        )
+        .await;
+    assert_eq!(status, 201);
+    // Back to the defaults.
+    let (_, _, defaults) = app.call("PUT", &quotas, Some(&op), Some(&json!({}))).await;
+    assert_eq!(defaults, json!({ "max_rules": 100, "max_keys": 50 }));
 }

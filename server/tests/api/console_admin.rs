@@ -8,7 +8,9 @@ use reqwest::Client;
 use serde_json::{json, Value};
 use sluice::config::Config;
 
-use crate::helpers::{embedded_with_operator, new_key, rule, setup_tenant, spawn_app, TestApp};
+use crate::helpers::{
+    browser, embedded_with_operator, new_key, rule, setup_tenant, spawn_app, TestApp,
+};
 use crate::services::{shared_postgres, RedisServer};
 
 const OPERATOR_PASSWORD: &str = "operator password 1";
@@ -20,7 +22,7 @@ async fn embedded() -> (TestApp, tempfile::TempDir) {
 
 /// A browser signed in as `email`.
 pub async fn signed_in(app: &TestApp, email: &str, password: &str) -> Client {
-    let client = Client::builder().cookie_store(true).build().unwrap();
+    let client = browser();
     let response = client
         .post(app.url("/api/sign_in"))
         .form(&[("email", email), ("password", password)])
@@ -192,11 +194,30 @@ async fn a_tenant_admin_can_neither_see_nor_change_another_tenants_anything() {
         (1, &Value::Null)
     );
     // Without a session, nothing.
-    let stranger = Client::new();
+    let stranger = browser();
     let error = call(&app, &stranger, "rules/list", json!({ "tenant": a }))
         .await
         .unwrap_err();
     assert!(error.contains("Unauthorized"), "{error}");
+    // Each error carries its own HTTP status, not a blanket 500.
+    let status = |client: &Client, endpoint: &str, args: Value| {
+        let request = client
+            .post(app.url(&format!("/api/{endpoint}")))
+            .json(&args);
+        async move { request.send().await.unwrap().status().as_u16() }
+    };
+    assert_eq!(
+        status(&stranger, "rules/list", json!({ "tenant": a })).await,
+        401
+    );
+    assert_eq!(
+        status(&beta, "rules/list", json!({ "tenant": a })).await,
+        404
+    );
+    assert_eq!(
+        status(&beta, "rules/list", json!({ "wrong": 1 })).await,
+        400
+    );
 }
 
 #[tokio::test]

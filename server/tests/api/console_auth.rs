@@ -5,19 +5,12 @@
 use serde_json::Value;
 use sluice::config::Config;
 
-use crate::helpers::{embedded_with_operator, TestApp};
+use crate::helpers::{browser, embedded_with_operator, TestApp};
 
 const PASSWORD: &str = "correct horse battery staple";
 
 async fn embedded_with_admin() -> (TestApp, tempfile::TempDir) {
     embedded_with_operator(PASSWORD).await
-}
-
-fn browser() -> reqwest::Client {
-    reqwest::Client::builder()
-        .cookie_store(true)
-        .build()
-        .unwrap()
 }
 
 async fn call(
@@ -131,31 +124,34 @@ async fn a_wrong_password_or_an_unknown_email_gets_the_same_clear_message() {
 }
 
 #[tokio::test]
-async fn sign_in_attempts_are_rate_limited_per_email() {
+async fn sign_in_attempts_are_rate_limited_per_email_and_client_with_a_clear_429() {
     let (app, _dir) = embedded_with_admin().await;
     let client = browser();
     for _ in 0..10 {
-        let (_, _, body) = call(
+        let (status, _, body) = call(
             &app,
             &client,
             "sign_in",
             &[("email", "admin@localhost"), ("password", "guess")],
         )
         .await;
+        assert_eq!(status, 400, "{body}");
         assert!(
             body.to_string().contains("wrong email or password"),
             "{body}"
         );
     }
-    let (_, _, body) = call(
+    let (status, _, body) = call(
         &app,
         &client,
         "sign_in",
         &[("email", "admin@localhost"), ("password", PASSWORD)],
     )
     .await;
+    assert_eq!(status, 429, "{body}");
     assert!(
-        body.to_string().contains("too many sign-in attempts"),
+        body.to_string()
+            .contains("too many sign-in attempts for this email; try again in"),
         "even the right password waits: {body}"
     );
     // Another email is not affected.
@@ -169,6 +165,122 @@ async fn sign_in_attempts_are_rate_limited_per_email() {
     assert!(
         body.to_string().contains("wrong email or password"),
         "{body}"
+    );
+}
+
+/// A browser whose connections come from `address` (any 127.0.0.0/8 address reaches a
+/// server on 127.0.0.1 on Linux), so one test can play several clients.
+fn browser_at(address: [u8; 4]) -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert("sec-fetch-site", "same-origin".parse().unwrap());
+    reqwest::Client::builder()
+        .cookie_store(true)
+        .default_headers(headers)
+        .local_address(std::net::IpAddr::from(address))
+        .build()
+        .unwrap()
+}
+
+/// A sign-in attempt that waits out the instance's own budget (20 a second, shared by every
+/// client), so a test can count the per-client and per-email budgets alone.
+async fn attempt(
+    app: &TestApp,
+    client: &reqwest::Client,
+    email: &str,
+    password: &str,
+) -> (u16, Value) {
+    for _ in 0..100 {
+        let (status, _, body) = call(
+            app,
+            client,
+            "sign_in",
+            &[("email", email), ("password", password)],
+        )
+        .await;
+        if status == 429 && body.to_string().contains("sign-ins on this instance") {
+            tokio::time::sleep(std::time::Duration::from_millis(60)).await;
+            continue;
+        }
+        return (status, body);
+    }
+    panic!("the instance's sign-in budget never refilled");
+}
+
+#[tokio::test]
+async fn a_stranger_guessing_a_password_cannot_lock_its_owner_out() {
+    let (app, _dir) = embedded_with_admin().await;
+    let stranger = browser_at([127, 0, 0, 2]);
+    let mut refused = 0;
+    for _ in 0..20 {
+        let (status, body) = attempt(&app, &stranger, "admin@localhost", "guess").await;
+        if status == 429 {
+            assert!(body.to_string().contains("for this email"), "{body}");
+            refused += 1;
+        }
+    }
+    assert_eq!(refused, 10, "the stranger's own budget runs out after 10");
+    // The owner, from their own address, signs in at once.
+    let owner = browser_at([127, 0, 0, 1]);
+    let (status, body) = attempt(&app, &owner, "admin@localhost", PASSWORD).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["email"], "admin@localhost");
+}
+
+#[tokio::test]
+async fn one_client_trying_many_emails_runs_out_of_its_own_budget() {
+    let (app, _dir) = embedded_with_admin().await;
+    let sprayer = browser_at([127, 0, 0, 3]);
+    let mut statuses = Vec::new();
+    for i in 0..35 {
+        let email = format!("user{i}@example.com");
+        let (status, body) = attempt(&app, &sprayer, &email, "guess").await;
+        if status == 429 {
+            assert!(body.to_string().contains("from your address"), "{body}");
+        }
+        statuses.push(status);
+    }
+    assert_eq!(statuses.iter().filter(|s| **s == 400).count(), 30);
+    assert_eq!(statuses.iter().filter(|s| **s == 429).count(), 5);
+    // Another client is not affected.
+    let other = browser_at([127, 0, 0, 4]);
+    let (status, body) = attempt(&app, &other, "admin@localhost", PASSWORD).await;
+    assert_eq!(status, 200, "{body}");
+}
+
+#[tokio::test]
+async fn a_crowd_of_sign_ins_hashes_a_few_at_a_time_and_the_rest_are_told_to_retry() {
+    let (app, _dir) = embedded_with_admin().await;
+    // 60 clients at once, each from its own address, each with a new email: no per-client
+    // or per-email budget stops them, only the instance's budget (20 a second) and the
+    // hashers (at most half the cores at once, each waiting at most 2 s).
+    let attempts = (0..60u8).map(|i| {
+        let app = &app;
+        async move {
+            let client = browser_at([127, 0, 1, i + 1]);
+            let email = format!("crowd{i}@example.com");
+            call(
+                app,
+                &client,
+                "sign_in",
+                &[("email", email.as_str()), ("password", "guess")],
+            )
+            .await
+            .0
+        }
+    });
+    let statuses = futures::future::join_all(attempts).await;
+    let wrong = statuses.iter().filter(|s| **s == 400).count();
+    let budget = statuses.iter().filter(|s| **s == 429).count();
+    let busy = statuses.iter().filter(|s| **s == 503).count();
+    assert_eq!(wrong + budget + busy, 60, "{statuses:?}");
+    // 20 at once plus what refilled while the crowd arrived (one every 50 ms).
+    assert!(
+        wrong <= 30,
+        "about the instance's budget was hashed: {statuses:?}"
+    );
+    assert!(
+        budget >= 30,
+        "the rest were refused before hashing: {statuses:?}"
     );
 }
 
@@ -192,4 +304,93 @@ async fn the_first_start_creates_one_operator_and_later_starts_do_not() {
     let users = sluice::store::users::list(&db).await.unwrap();
     assert_eq!(users.len(), 1);
     assert!(sluice::passwords::verify(password, Some(users[0].password_hash.clone())).await);
+}
+
+#[tokio::test]
+async fn a_supplied_bootstrap_password_is_never_handed_back_for_printing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config::embedded(dir.path().to_path_buf());
+    config.admin_password = Some("an operator's own password".into());
+    let app = sluice::startup::Application::build(config).await.unwrap();
+    // The account exists with the supplied password, and nothing is there to print.
+    assert_eq!(app.bootstrap_password(), None);
+    let users = sluice::store::users::list(&app.db()).await.unwrap();
+    assert_eq!(users.len(), 1);
+    assert!(
+        sluice::passwords::verify(
+            "an operator's own password".into(),
+            Some(users[0].password_hash.clone())
+        )
+        .await
+    );
+}
+
+#[tokio::test]
+async fn the_status_names_the_version_only_to_signed_in_users() {
+    let (app, _dir) = embedded_with_admin().await;
+    let client = browser();
+    let (status, _, anonymous) = call(&app, &client, "status", &[]).await;
+    assert_eq!(status, 200, "{anonymous}");
+    assert_eq!(anonymous["version"], Value::Null, "{anonymous}");
+    let (status, _, _) = call(
+        &app,
+        &client,
+        "sign_in",
+        &[("email", "admin@localhost"), ("password", PASSWORD)],
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (_, _, signed_in) = call(&app, &client, "status", &[]).await;
+    assert_eq!(
+        signed_in["version"],
+        env!("CARGO_PKG_VERSION"),
+        "{signed_in}"
+    );
+}
+
+/// The latest expiry of any stored session, in Unix milliseconds.
+async fn latest_session_expiry(app: &TestApp) -> i64 {
+    let sluice::store::Db::Sqlite(pool) = &app.db else {
+        panic!("an embedded instance");
+    };
+    sqlx::query_scalar("SELECT MAX(expires_at) FROM sessions")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_session_expires_after_idleness_so_each_use_moves_its_expiry() {
+    let (app, _dir) = embedded_with_admin().await;
+    let client = browser();
+    let (status, _, _) = call(
+        &app,
+        &client,
+        "sign_in",
+        &[("email", "admin@localhost"), ("password", PASSWORD)],
+    )
+    .await;
+    assert_eq!(status, 200);
+    let at_sign_in = latest_session_expiry(&app).await;
+    let hours = sluice::transport::router::SESSION_HOURS;
+    let expected = sluice::store::now_ms() + hours * 3_600_000;
+    assert!(
+        (expected - at_sign_in).abs() < 60_000,
+        "{at_sign_in} vs {expected}"
+    );
+    // Each later use pushes the expiry on (the clock moves at least a millisecond between
+    // two requests; poll rather than sleep).
+    let mut later = at_sign_in;
+    for _ in 0..100 {
+        let (_, _, me) = call(&app, &client, "me", &[]).await;
+        assert_eq!(me["email"], "admin@localhost");
+        later = latest_session_expiry(&app).await;
+        if later > at_sign_in {
+            break;
+        }
+    }
+    assert!(
+        later > at_sign_in,
+        "the expiry moved with use: {at_sign_in} -> {later}"
+    );
 }

@@ -522,3 +522,89 @@ async fn the_live_stream_pushes_a_frame_every_second_to_those_allowed() {
     assert!(frame.contains(r#"data-denied="3""#));
     assert!(!frame.contains("Instances"), "no fleet tables for a tenant");
 }
+
+/// Reads `response` until the server ends it; returns how many frames came. Panics if it is
+/// still open after `patience`.
+async fn frames_until_end(mut response: reqwest::Response, patience: Duration) -> usize {
+    let started = Instant::now();
+    let mut frames = 0;
+    loop {
+        let left = patience.saturating_sub(started.elapsed());
+        match tokio::time::timeout(left, response.chunk()).await {
+            Ok(Ok(Some(chunk))) => {
+                frames += String::from_utf8_lossy(&chunk)
+                    .matches("event: frame")
+                    .count();
+            }
+            Ok(Ok(None) | Err(_)) => return frames,
+            Err(_) => panic!("the stream was still open after {patience:?} ({frames} frames)"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_dashboard_stream_ends_within_seconds_of_sign_out() {
+    let password = "correct horse battery staple";
+    let (app, _dir) = embedded_with_operator(password).await;
+    let operator = signed_in(&app, "admin@localhost", password).await;
+    let stream = operator
+        .get(app.url("/live/dashboard"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    let signed_out = operator
+        .post(app.url("/api/sign_out"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(signed_out.status(), 200);
+    // It re-reads the session from the store every two frames (about two seconds).
+    let frames = frames_until_end(stream, Duration::from_secs(10)).await;
+    assert!(frames <= 4, "{frames} frames after sign-out");
+}
+
+#[tokio::test]
+async fn one_session_holds_a_few_dashboard_streams_at_most() {
+    let password = "correct horse battery staple";
+    let (app, _dir) = embedded_with_operator(password).await;
+    let operator = signed_in(&app, "admin@localhost", password).await;
+    let mut open = Vec::new();
+    for _ in 0..sluice::transport::stream_slots::STREAMS_PER_SESSION {
+        let stream = operator
+            .get(app.url("/live/dashboard"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(stream.status(), 200);
+        open.push(stream);
+    }
+    let refused = operator
+        .get(app.url("/live/dashboard"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 429);
+    assert!(refused.text().await.unwrap().contains("close one"));
+    // Another session is not affected.
+    let other = signed_in(&app, "admin@localhost", password).await;
+    let theirs = other.get(app.url("/live/dashboard")).send().await.unwrap();
+    assert_eq!(theirs.status(), 200);
+    // Closing one frees its place (the server notices at its next frame).
+    drop(open.pop());
+    let mut reopened = false;
+    for _ in 0..100 {
+        let again = operator
+            .get(app.url("/live/dashboard"))
+            .send()
+            .await
+            .unwrap();
+        if again.status() == 200 {
+            reopened = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(reopened, "a closed stream's place is given back");
+}

@@ -41,20 +41,34 @@ async fn readyz_names_redis_while_it_is_down_and_recovers_when_it_is_back() {
     config.redis_url = Some(redis.url());
     let app = spawn_app(config).await;
     assert_eq!(app.get("/readyz").await.status(), 200);
+    let op = app.operator_key().await;
 
     redis.stop();
     let down = app.get("/readyz").await;
     assert_eq!(down.status(), 503);
     let body: serde_json::Value = down.json().await.unwrap();
     assert_eq!(body["down"], serde_json::json!(["redis"]), "{body}");
-    let redis_check = body["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == "redis")
-        .unwrap();
-    assert_eq!(redis_check["ok"], false);
-    assert!(redis_check["error"].as_str().is_some_and(|e| !e.is_empty()));
+    let redis_check = |body: &serde_json::Value| {
+        body["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "redis")
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(redis_check(&body)["ok"], false);
+    // A stranger learns what is down, not the driver's message (addresses, versions).
+    assert!(redis_check(&body).get("error").is_none(), "{body}");
+    // An operator sees why.
+    let (status, _, detailed) = app.call("GET", "/readyz", Some(&op), None).await;
+    assert_eq!(status, 503);
+    assert!(
+        redis_check(&detailed)["error"]
+            .as_str()
+            .is_some_and(|e| !e.is_empty()),
+        "{detailed}"
+    );
     // Liveness does not depend on Redis.
     assert_eq!(app.get("/healthz").await.status(), 200);
 
@@ -94,6 +108,7 @@ async fn distributed_instance_runs_on_postgres_and_a_redis_cluster() {
         .client
         .post(app.url("/api/status"))
         .header("content-type", "application/x-www-form-urlencoded")
+        .header("sec-fetch-site", "same-origin")
         .send()
         .await
         .unwrap()
@@ -161,6 +176,7 @@ async fn the_status_server_function_answers_json() {
         .client
         .post(app.url("/api/status"))
         .header("content-type", "application/x-www-form-urlencoded")
+        .header("sec-fetch-site", "same-origin")
         .send()
         .await
         .unwrap();
@@ -169,6 +185,11 @@ async fn the_status_server_function_answers_json() {
     assert_eq!(status["mode"], "embedded");
     assert_eq!(status["database"], "sqlite");
     assert_eq!(status["limiter"], "in-process");
+    assert_eq!(
+        status["version"],
+        serde_json::Value::Null,
+        "anonymous: no version"
+    );
     assert!(status["checked_at_ms"].as_i64().unwrap() > 1_700_000_000_000);
 }
 
@@ -188,6 +209,39 @@ async fn metrics_count_requests_by_route_template() {
         .find(|l| l.starts_with("sluice_http_requests_total{") && l.contains(r#"route="/healthz""#))
         .unwrap_or_else(|| panic!("no healthz counter in {text}"));
     assert!(line.ends_with(" 3"), "{line}");
+}
+
+#[tokio::test]
+async fn invented_http_methods_share_one_metric_label() {
+    let app = spawn_embedded().await;
+    for i in 0..20 {
+        let method = reqwest::Method::from_bytes(format!("INVENTED{i}").as_bytes()).unwrap();
+        let response = app
+            .client
+            .request(method, app.url("/healthz"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 405);
+    }
+    let long = reqwest::Method::from_bytes("X".repeat(10_000).as_bytes()).unwrap();
+    app.client
+        .request(long, app.url("/healthz"))
+        .send()
+        .await
+        .unwrap();
+    let text = app.get("/metrics").await.text().await.unwrap();
+    assert!(!text.contains("INVENTED"), "{text}");
+    assert!(!text.contains("XXXX"), "{text}");
+    let other = text
+        .lines()
+        .find(|l| {
+            l.starts_with("sluice_http_requests_total{")
+                && l.contains(r#"method="other""#)
+                && l.contains(r#"route="/healthz""#)
+        })
+        .unwrap_or_else(|| panic!("no method=\"other\" counter in {text}"));
+    assert!(other.ends_with(" 21"), "{other}");
 }
 
 #[tokio::test]

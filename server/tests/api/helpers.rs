@@ -13,6 +13,19 @@ use sluice::store::Db;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+/// A browser on the console's own pages: it keeps cookies and, like a real browser calling
+/// its own origin, says `Sec-Fetch-Site: same-origin` (the server refuses server-function
+/// calls that do not come from its pages).
+pub fn browser() -> reqwest::Client {
+    let mut headers = HeaderMap::new();
+    headers.insert("sec-fetch-site", "same-origin".parse().unwrap());
+    reqwest::Client::builder()
+        .cookie_store(true)
+        .default_headers(headers)
+        .build()
+        .unwrap()
+}
+
 /// A running instance. Dropping it stops the server.
 pub struct TestApp {
     pub address: SocketAddr,
@@ -135,7 +148,8 @@ pub async fn spawn_embedded() -> TestApp {
     spawn_app_keeping(config, Some(dir)).await
 }
 
-async fn spawn_app_keeping(config: Config, data_dir: Option<tempfile::TempDir>) -> TestApp {
+/// Starts an instance with `config`, keeping `data_dir` until the instance is dropped.
+pub async fn spawn_app_keeping(config: Config, data_dir: Option<tempfile::TempDir>) -> TestApp {
     let app = Application::build(config).await.expect("the app builds");
     let address = app.address();
     let metrics_address = app.metrics_address();

@@ -5,6 +5,8 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use crate::helpers::browser;
+
 /// Starts the binary; returns it, its URL and everything it printed up to "Stop with Ctrl-C.".
 fn start_binary(data_dir: &std::path::Path) -> (std::process::Child, String, Vec<String>) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
@@ -72,10 +74,7 @@ async fn the_binary_serves_with_no_environment_and_stops_on_sigterm() {
         .find(|l| l.contains("with password"))
         .expect("sign-in instructions");
     let password = sign_in.rsplit(' ').next().unwrap();
-    let client = reqwest::Client::builder()
-        .cookie_store(true)
-        .build()
-        .unwrap();
+    let client = browser();
     let user: serde_json::Value = client
         .post(format!("{url}api/sign_in"))
         .form(&[("email", "admin@localhost"), ("password", password)])
@@ -115,4 +114,91 @@ async fn graceful_shutdown_ends_the_serve_loop() {
     assert!(reqwest::get(format!("http://{address}/healthz"))
         .await
         .is_err());
+}
+
+/// Runs the `sluice` binary with `args` against the store and Redis in `env`; returns stdout.
+fn sluice(env: &[(&str, String)], args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .args(args)
+        .output()
+        .expect("the sluice binary runs");
+    assert!(
+        out.status.success(),
+        "sluice {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Polls until `key` gets `status` from `/v1/admin/tenants`; returns how long that took.
+async fn until_status(app: &crate::helpers::TestApp, key: &str, status: u16) -> Duration {
+    let started = std::time::Instant::now();
+    loop {
+        if app
+            .call("GET", "/v1/admin/tenants", Some(key), None)
+            .await
+            .0
+            == status
+        {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{key:.12}… never answered {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn operator_keys_are_listed_rotated_and_revoked_from_the_cli_and_every_instance_knows_at_once(
+) {
+    let redis = crate::services::RedisServer::start();
+    let database = crate::services::shared_postgres().fresh_database().await;
+    let mut config =
+        sluice::config::Config::embedded(tempfile::tempdir().unwrap().path().to_path_buf());
+    config.database_url = Some(database.clone());
+    config.redis_url = Some(redis.url());
+    let app = crate::helpers::spawn_app(config).await;
+    let env = [("DATABASE_URL", database), ("REDIS_URL", redis.url())];
+
+    let first = sluice(&env, &["key", "create", "--operator", "--name", "ci"]);
+    let first = first.trim();
+    // The key works (and is now in the instance's cache).
+    until_status(&app, first, 200).await;
+    let listed = sluice(&env, &["key", "list", "--operator"]);
+    let row = listed
+        .lines()
+        .find(|l| l.contains(&first[..12]))
+        .unwrap_or_else(|| panic!("{listed}"));
+    assert!(row.contains(" ci ") && row.contains("live"), "{row}");
+    let id = row.split_whitespace().next().unwrap().to_owned();
+
+    // Rotation without grace: the new key works, the old one is refused on the instance that
+    // had it cached, at once.
+    let second = sluice(&env, &["key", "rotate", &id, "--grace-seconds", "0"]);
+    let second = second.trim();
+    assert!(second.starts_with("sl_op_"), "{second}");
+    assert!(until_status(&app, first, 401).await < Duration::from_secs(1));
+    until_status(&app, second, 200).await;
+
+    let listed = sluice(&env, &["key", "list", "--operator"]);
+    let second_id = listed
+        .lines()
+        .find(|l| l.contains(&second[..12]))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap_or_else(|| panic!("{listed}"))
+        .to_owned();
+    sluice(&env, &["key", "revoke", &second_id]);
+    assert!(until_status(&app, second, 401).await < Duration::from_secs(1));
+    let listed = sluice(&env, &["key", "list", "--operator"]);
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.starts_with(&second_id) && l.contains("revoked")),
+        "{listed}"
+    );
 }

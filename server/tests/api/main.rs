@@ -19,6 +19,7 @@ mod console_auth;
 mod dashboard;
 mod harness;
 mod health;
+mod hostile;
 mod lifecycle;
 mod limiter;
 mod openapi;

@@ -85,6 +85,10 @@ const EXPECTED: &[(&str, &str, u16)] = &[
     ("post", "/v1/admin/tenants/{tenant}/suspend", 200),
     ("post", "/v1/admin/tenants/{tenant}/suspend", 403),
     ("post", "/v1/admin/tenants/{tenant}/resume", 200),
+    ("put", "/v1/admin/tenants/{tenant}/quotas", 200),
+    ("put", "/v1/admin/tenants/{tenant}/quotas", 403),
+    ("put", "/v1/admin/tenants/{tenant}/quotas", 400),
+    ("get", "/v1/admin/tenants/{tenant}/quotas", 200),
     ("get", "/v1/admin/tenants/{tenant}/audit", 200),
     ("get", "/v1/admin/audit", 200),
     ("get", "/v1/admin/audit", 200),
@@ -93,6 +97,12 @@ const EXPECTED: &[(&str, &str, u16)] = &[
     ("post", "/v1/admin/tenants/{tenant}/simulate", 400),
     ("delete", "/v1/admin/tenants/{tenant}/rules/{id}", 204),
     ("delete", "/v1/admin/tenants/{tenant}/rules/{id}", 404),
+    ("get", "/v1/admin/operator-keys", 200),
+    ("get", "/v1/admin/operator-keys", 403),
+    ("post", "/v1/admin/operator-keys/{id}/rotate", 201),
+    ("post", "/v1/admin/operator-keys/{id}/rotate", 400),
+    ("post", "/v1/admin/operator-keys/{id}/revoke", 200),
+    ("post", "/v1/admin/operator-keys/{id}/revoke", 404),
 ];
 
 /// Calls made in the walk: (method, path template, status).
@@ -323,6 +333,36 @@ async fn every_documented_operation_is_exercised_and_answers_a_documented_status
         None,
     )
     .await;
+    let quotas = "/v1/admin/tenants/{tenant}/quotas";
+    let quotas_path = format!("/v1/admin/tenants/{t}/quotas");
+    w.call(
+        "PUT",
+        quotas,
+        &quotas_path,
+        Some(&op),
+        Some(json!({ "max_rules": 20 })),
+    )
+    .await;
+    w.call(
+        "PUT",
+        quotas,
+        &quotas_path,
+        Some(&admin),
+        Some(json!({ "max_rules": 2000 })),
+    )
+    .await; // 403: operators only
+    w.call(
+        "PUT",
+        quotas,
+        &quotas_path,
+        Some(&op),
+        Some(json!({ "max_keys": 1_000_000 })),
+    )
+    .await; // 400
+    let (_, in_force) = w
+        .call("GET", quotas, &quotas_path, Some(&admin), None)
+        .await;
+    assert_eq!(in_force, json!({ "max_rules": 20, "max_keys": 50 }));
     w.call(
         "GET",
         "/v1/admin/tenants/{tenant}/audit",
@@ -372,6 +412,61 @@ async fn every_documented_operation_is_exercised_and_answers_a_documented_status
     w.call("DELETE", one_rule, &rule_path, Some(&admin), None)
         .await; // 404
 
+    let operator_keys = "/v1/admin/operator-keys";
+    let (_, listed) = w
+        .call("GET", operator_keys, operator_keys, Some(&op), None)
+        .await;
+    w.call("GET", operator_keys, operator_keys, Some(&admin), None)
+        .await; // 403
+    let op_id = listed[0]["id"].as_str().unwrap().to_owned();
+    let (new_op, hash, prefix) = new_key(KeyKind::Operator);
+    let rotate = "/v1/admin/operator-keys/{id}/rotate";
+    let (_, new_op_key) = w
+        .call(
+            "POST",
+            rotate,
+            &format!("{operator_keys}/{op_id}/rotate"),
+            Some(&op),
+            Some(json!({ "hash": hash, "prefix": prefix, "grace_seconds": 60 })),
+        )
+        .await;
+    // The new key works at once; the old one keeps working through its grace.
+    let (status, _, _) = app.call("GET", operator_keys, Some(&new_op), None).await;
+    assert_eq!(status, 200);
+    let (_, hash, _) = new_key(KeyKind::Operator);
+    w.call(
+        "POST",
+        rotate,
+        &format!(
+            "{operator_keys}/{}/rotate",
+            new_op_key["id"].as_str().unwrap()
+        ),
+        Some(&op),
+        Some(json!({ "hash": hash, "prefix": "sl_chk_00000" })),
+    )
+    .await; // 400: another kind's prefix
+    let revoke = "/v1/admin/operator-keys/{id}/revoke";
+    let new_op_id = new_op_key["id"].as_str().unwrap();
+    w.call(
+        "POST",
+        revoke,
+        &format!("{operator_keys}/{new_op_id}/revoke"),
+        Some(&op),
+        None,
+    )
+    .await;
+    // Revoked: refused at once.
+    let (status, _, _) = app.call("GET", operator_keys, Some(&new_op), None).await;
+    assert_eq!(status, 401);
+    w.call(
+        "POST",
+        revoke,
+        &format!("{operator_keys}/{check_id}/revoke"),
+        Some(&op),
+        None,
+    )
+    .await; // 404: a tenant's key is not an operator key
+
     // Each call answered exactly the status the walk expects of it, in order ...
     assert_eq!(w.calls.len(), EXPECTED.len(), "{:#?}", w.calls);
     for (i, ((method, template, status), (want_method, want_template, want))) in
@@ -399,7 +494,7 @@ async fn every_documented_operation_is_exercised_and_answers_a_documented_status
             );
         }
     }
-    assert_eq!(operations, 19);
+    assert_eq!(operations, 24);
     // ... and every answer is documented for its operation.
     for (method, template, status) in &w.calls {
         let responses = &paths[template.as_str()][method.as_str()]["responses"];

@@ -177,6 +177,7 @@ async fn a_rotation_whose_audit_event_fails_changes_no_key(db: &Db) {
                 name: "svc".into(),
                 hash: hash(1),
                 prefix: "sl_chk_01010".into(),
+                expires_in_seconds: None,
             },
         )
         .await
@@ -327,7 +328,8 @@ async fn keys_are_found_by_hash_and_rotate_in_one_transaction(db: &Db) {
     let mut tx = db.begin().await.unwrap();
     let rotated = keys::rotate(&mut tx, &key.id, &check_key(&tenant.id, &h2), grace_until)
         .await
-        .unwrap();
+        .unwrap()
+        .expect("a live key rotates");
     tx.commit().await.unwrap();
     let old = keys::get(db, &key.id).await.unwrap().unwrap();
     assert_eq!(old.expires_at, Some(grace_until));
@@ -366,6 +368,28 @@ async fn keys_are_found_by_hash_and_rotate_in_one_transaction(db: &Db) {
         .unwrap()
         .unwrap()
         .is_live(sluice::store::now_ms()));
+    // A revoked key does not rotate, even when the caller read it live before: nothing of
+    // the rotation is written.
+    let mut tx = db.begin().await.unwrap();
+    let (h3, keys_before) = (
+        hash(3),
+        keys::list_for_tenant(db, &tenant.id).await.unwrap().len(),
+    );
+    assert!(keys::rotate(
+        &mut tx,
+        &rotated.id,
+        &check_key(&tenant.id, &h3),
+        grace_until
+    )
+    .await
+    .unwrap()
+    .is_none());
+    drop(tx);
+    assert!(keys::find_by_hash(db, &h3).await.unwrap().is_none());
+    assert_eq!(
+        keys::list_for_tenant(db, &tenant.id).await.unwrap().len(),
+        keys_before
+    );
 }
 
 async fn key_usage_is_recorded_in_batches(db: &Db) {

@@ -1,0 +1,54 @@
+//! Per-tenant quotas as operators set them: `None` means the instance's default.
+
+use super::{now_ms, with_exec, Exec, StoreError};
+
+/// A tenant's quotas as stored.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoredQuotas {
+    pub max_rules: Option<u64>,
+    pub max_keys: Option<u64>,
+}
+
+fn to_u64(v: Option<i64>) -> Option<u64> {
+    v.and_then(|v| u64::try_from(v).ok())
+}
+
+fn to_i64(v: Option<u64>) -> Option<i64> {
+    v.map(|v| i64::try_from(v).unwrap_or(i64::MAX))
+}
+
+/// The quotas of `tenant_id` (all `None` when none were set).
+pub async fn get(exec: impl Into<Exec<'_>>, tenant_id: &str) -> Result<StoredQuotas, StoreError> {
+    let sql = "SELECT max_rules, max_keys FROM tenant_quotas WHERE tenant_id = $1";
+    let row: Option<(Option<i64>, Option<i64>)> = with_exec!(exec.into(), conn => {
+        sqlx::query_as(sql).bind(tenant_id).fetch_optional(conn).await?
+    });
+    Ok(
+        row.map_or_else(StoredQuotas::default, |(rules, keys)| StoredQuotas {
+            max_rules: to_u64(rules),
+            max_keys: to_u64(keys),
+        }),
+    )
+}
+
+/// Replaces the quotas of `tenant_id`.
+pub async fn set(
+    exec: impl Into<Exec<'_>>,
+    tenant_id: &str,
+    quotas: StoredQuotas,
+) -> Result<(), StoreError> {
+    let sql = "INSERT INTO tenant_quotas (tenant_id, max_rules, max_keys, updated_at) \
+               VALUES ($1, $2, $3, $4) ON CONFLICT (tenant_id) DO UPDATE SET \
+               max_rules = excluded.max_rules, max_keys = excluded.max_keys, \
+               updated_at = excluded.updated_at";
+    with_exec!(exec.into(), conn => {
+        sqlx::query(sql)
+            .bind(tenant_id)
+            .bind(to_i64(quotas.max_rules))
+            .bind(to_i64(quotas.max_keys))
+            .bind(now_ms())
+            .execute(conn)
+            .await?;
+    });
+    Ok(())
+}
