@@ -11,10 +11,18 @@ const ADMIN_PASSWORD = 'tenant admin password';
 
 const unique = (name: string) => `${name}-${randomBytes(3).toString('hex')}`;
 
+/** Calls a JSON server function from the page itself (so the browser sends its Origin and
+ * fetch metadata, as the console's own script does), with the page's session. */
 async function serverFn(page: Page, endpoint: string, args: object): Promise<string> {
-  const response = await page.request.post(`/api/${endpoint}`, { data: args });
-  const body = await response.text();
-  expect(response.ok(), `${endpoint}: ${body}`).toBe(true);
+  const [ok, body] = await page.evaluate(async ([endpoint, args]) => {
+    const response = await fetch(`/api/${endpoint}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(args),
+    });
+    return [response.ok, await response.text()] as [boolean, string];
+  }, [endpoint, args] as const);
+  expect(ok, `${endpoint}: ${body}`).toBe(true);
   return body;
 }
 
