@@ -1,14 +1,17 @@
 //! Checks while a crowd of anonymous clients tries to sign in, as `docs/SECURITY.md` reports
-//! it: the release `sluice` server in its own process (embedded mode), closed-loop clients
-//! sending checks, first alone and then beside `--attackers` sign-in loops. Each attacker
-//! comes from its own loopback address and tries a new random email every time, so neither
-//! the per-client nor the per-email budget stops it: only the instance's budget and the cap
-//! on concurrent password hashes stand between it and the server's memory. For each phase:
-//! the checks' latency percentiles, how the sign-ins were answered, and the server's resident
-//! memory (sampled every 50 ms, and its peak from `/proc/<pid>/status`).
+//! it: the release `sluice` server in its own process (embedded mode), checks at a steady
+//! `--rate` (2,000 a second by default, spread over 4 clients), first alone, then beside
+//! `--attackers` clients that each send one sign-in every second, all at the same instant
+//! (100 concurrent sign-ins each second), then beside the same clients sending sign-ins as
+//! fast as they are answered (a flood). Each attacker comes from its own loopback address and
+//! tries a new email every time, so neither the per-client nor the per-email budget stops it:
+//! only the instance's budget and the cap on concurrent password hashes stand between it and
+//! the server. For each phase: the checks' latency percentiles, how the sign-ins were
+//! answered, and the server's resident memory (sampled every 50 ms; and its peak over the
+//! whole run from `/proc/<pid>/status`).
 //!
 //! Run: `scripts/bench` (it builds the release server first), or alone:
-//! `cargo run --release -p server --example sign_in_bench -- [--seconds N] [--attackers N]`.
+//! `cargo run --release -p server --example sign_in_bench -- [--seconds N] [--attackers N] [--rate N]`.
 
 #![allow(
     clippy::print_stdout,
@@ -94,16 +97,48 @@ struct Phase {
     peak_rss_mib: f64,
 }
 
-/// `clients` closed-loop check clients for `seconds`, beside `attackers` sign-in loops.
+/// What the attackers send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Attack {
+    None,
+    /// Each attacker one sign-in a second, all at the same instant.
+    SignInWaves,
+    /// The control: the same waves, of a server function that neither limits nor hashes
+    /// (`/api/me` without a session), to tell the cost of a burst of requests from the cost
+    /// of signing in.
+    MeWaves,
+    /// Each attacker its next sign-in as soon as the last is answered.
+    Flood,
+}
+
+/// How the checks are sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Load {
+    /// At this many checks a second in all: latency at a steady rate.
+    Paced(u64),
+    /// Each client its next check as soon as the last is answered: the server saturated.
+    Saturating,
+}
+
+/// `clients` check clients sending as `load` says for `seconds`, beside `attackers` clients
+/// attacking as `attack` says.
+#[allow(clippy::too_many_arguments)]
 async fn phase(
     url: &str,
     key: &str,
     pid: u32,
     clients: usize,
+    load: Load,
     attackers: u8,
+    attack: Attack,
     seconds: u64,
 ) -> Phase {
-    let until = Instant::now() + Duration::from_secs(seconds);
+    let began = Instant::now();
+    let until = began + Duration::from_secs(seconds);
+    let interval = match load {
+        Load::Paced(rate) => Duration::from_secs_f64(clients as f64 / rate as f64),
+        Load::Saturating => Duration::ZERO,
+    };
     let checks = Arc::new(Mutex::new(Vec::new()));
     let sign_ins = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
@@ -111,16 +146,33 @@ async fn phase(
         let (url, key, checks) = (format!("{url}/v1/check"), key.to_owned(), checks.clone());
         tasks.push(tokio::spawn(async move {
             let client = reqwest::Client::new();
+            let mut next = Instant::now();
             while Instant::now() < until {
-                let started = Instant::now();
+                if load != Load::Saturating {
+                    tokio::time::sleep_until(next.into()).await;
+                }
+                let sent = Instant::now();
                 let (status, _) = post(&client, &url, &key, json!({ "route": "GET /api" })).await;
                 assert_eq!(status, 200);
-                checks.lock().unwrap().push(started.elapsed());
+                // From when the check was sent; but from when it was due if the client fell
+                // behind (a stall the server caused must not hide in the client's wait). The
+                // timer's own lateness (up to a millisecond) is the client's, not the server's.
+                let late = load != Load::Saturating
+                    && sent.duration_since(next) > Duration::from_millis(2);
+                let took = if late { next.elapsed() } else { sent.elapsed() };
+                checks.lock().unwrap().push(took);
+                next += interval;
             }
         }));
     }
+    let attackers = if attack == Attack::None { 0 } else { attackers };
+    let endpoint = if attack == Attack::MeWaves {
+        "me"
+    } else {
+        "sign_in"
+    };
     for a in 0..attackers {
-        let (url, sign_ins) = (format!("{url}/api/sign_in"), sign_ins.clone());
+        let (url, sign_ins) = (format!("{url}/api/{endpoint}"), sign_ins.clone());
         tasks.push(tokio::spawn(async move {
             // Its own loopback address: the per-client budget does not stop the crowd.
             let client = reqwest::Client::builder()
@@ -129,6 +181,14 @@ async fn phase(
                 .unwrap();
             let mut n = 0_u64;
             while Instant::now() < until {
+                if attack != Attack::Flood {
+                    // The next whole second since the phase began: every attacker at once.
+                    let second = Duration::from_secs(began.elapsed().as_secs() + 1);
+                    tokio::time::sleep_until((began + second).into()).await;
+                    if Instant::now() >= until {
+                        break;
+                    }
+                }
                 n += 1;
                 let email = format!("attacker{a}-{n}@example.com");
                 let response = client
@@ -179,8 +239,10 @@ async fn main() {
     let seconds = arg("--seconds", 10);
     let attackers = u8::try_from(arg("--attackers", 100)).expect("at most 254 attackers");
     let clients = arg("--clients", 4) as usize;
+    let rate = arg("--rate", 2_000);
+    let saturating_clients = arg("--saturating-clients", 16) as usize;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    eprintln!("sign_in_bench: {clients} check clients, {attackers} attackers, {seconds} s a phase");
+    eprintln!("sign_in_bench: {rate} checks/s over {clients} clients, {attackers} attackers, {seconds} s a phase");
     let data = tempfile::tempdir().unwrap();
     let port = services::free_port(false);
     let env = [
@@ -256,41 +318,73 @@ async fn main() {
     .await;
     assert_eq!(status, 201);
 
-    let idle = phase(url, &key, pid, clients, 0, seconds).await;
-    let attacked = phase(url, &key, pid, clients, attackers, seconds).await;
+    let phases = [
+        ("checks alone".to_owned(), Attack::None),
+        (
+            format!("beside {attackers} concurrent sign-ins every second"),
+            Attack::SignInWaves,
+        ),
+        (
+            format!("control: beside {attackers} concurrent `/api/me` calls every second"),
+            Attack::MeWaves,
+        ),
+        (
+            format!("beside {attackers} clients flooding sign-ins"),
+            Attack::Flood,
+        ),
+    ];
+    let loads = [
+        (
+            format!("{rate} checks a second over {clients} clients"),
+            clients,
+            Load::Paced(rate),
+        ),
+        (
+            format!("{saturating_clients} closed-loop check clients (the server saturated)"),
+            saturating_clients,
+            Load::Saturating,
+        ),
+    ];
+    let mut tables = Vec::new();
+    for (title, clients, load) in &loads {
+        let mut rows = Vec::new();
+        for (name, attack) in &phases {
+            let measured =
+                phase(url, &key, pid, *clients, *load, attackers, *attack, seconds).await;
+            rows.push((name.clone(), measured));
+        }
+        tables.push((title.clone(), rows));
+    }
     let peak = memory_mib(pid, "VmHWM:");
 
     println!(
-        "{clients} closed-loop check clients, {seconds} s a phase, one release `sluice` process (embedded); \
-         clients, attackers and server share this machine's {cores} cores.\n"
+        "One release `sluice` process (embedded), {seconds} s a phase; check clients, attackers \
+         and server share this machine's {cores} cores.\n"
     );
-    println!("| phase | checks | p50 ms | p99 ms | max ms | sign-ins hashed (400) | refused by budget (429) | told to retry (503) | peak RSS MiB |");
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
-    let mut p99 = Vec::new();
-    for (name, mut p) in [
-        ("checks alone".to_owned(), idle),
-        (
-            format!("beside {attackers} concurrent anonymous sign-in loops"),
-            attacked,
-        ),
-    ] {
-        p.checks.sort();
-        let count = |s: u16| p.sign_ins.iter().filter(|x| **x == s).count();
-        p99.push(percentile(&p.checks, 0.99));
-        println!(
-            "| {name} | {} | {} | {} | {} | {} | {} | {} | {:.0} |",
-            p.checks.len(),
-            ms(percentile(&p.checks, 0.5)),
-            ms(percentile(&p.checks, 0.99)),
-            ms(*p.checks.last().unwrap()),
-            count(400),
-            count(429),
-            count(503),
-            p.peak_rss_mib,
-        );
+    for (title, rows) in tables {
+        println!("{title}:\n");
+        println!("| phase | checks | p50 ms | p99 ms | max ms | p99 ÷ alone | answered 400 | refused by budget (429) | told to retry (503) | peak RSS MiB |");
+        println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        let mut alone = None;
+        for (name, mut p) in rows {
+            p.checks.sort();
+            let count = |s: u16| p.sign_ins.iter().filter(|x| **x == s).count();
+            let p99 = percentile(&p.checks, 0.99);
+            let base = *alone.get_or_insert(p99);
+            println!(
+                "| {name} | {} | {} | {} | {} | {:.2}× | {} | {} | {} | {:.0} |",
+                p.checks.len(),
+                ms(percentile(&p.checks, 0.5)),
+                ms(p99),
+                ms(*p.checks.last().unwrap()),
+                p99.as_secs_f64() / base.as_secs_f64(),
+                count(400),
+                count(429),
+                count(503),
+                p.peak_rss_mib,
+            );
+        }
+        println!();
     }
-    println!(
-        "\ncheck p99 beside the sign-ins ÷ alone: {:.2}×; the server's peak resident memory over the whole run (VmHWM): {peak:.0} MiB",
-        p99[1].as_secs_f64() / p99[0].as_secs_f64()
-    );
+    println!("The server's peak resident memory over the whole run (VmHWM): {peak:.0} MiB.");
 }

@@ -39,8 +39,10 @@ const USER_ID: &str = "user_id";
 const PER_EMAIL_AND_CLIENT: (u64, u64) = (10, 60_000);
 /// - per client, whatever the email: 30 a minute (guessing across many accounts);
 const PER_CLIENT: (u64, u64) = (30, 60_000);
-/// - for the whole instance: 20 a second, refused at once rather than queued.
-const PER_INSTANCE: (u64, u64) = (20, 1_000);
+/// - for the whole instance: 10 a second, refused at once rather than queued. A hash takes
+///   tens of milliseconds of a core, so sign-ins can never take more than about half a core
+///   from `/v1/check` (`docs/SECURITY.md` has the benchmark).
+const PER_INSTANCE: (u64, u64) = (10, 1_000);
 /// How long a sign-in waits for a free password hasher before it is told to retry.
 const HASHER_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -217,8 +219,8 @@ pub struct ConsoleService {
     admin: AdminService,
     dashboard: Dashboard,
     embedded: bool,
-    /// Permits to hash a password, one per sign-in at a time.
-    hashers: Arc<tokio::sync::Semaphore>,
+    /// The password hashers sign-ins share.
+    hashers: passwords::Hashers,
 }
 
 impl ConsoleService {
@@ -239,7 +241,7 @@ impl ConsoleService {
             admin,
             dashboard,
             embedded,
-            hashers: Arc::new(tokio::sync::Semaphore::new(hashers.max(1))),
+            hashers: passwords::Hashers::new(hashers),
         }
     }
 
@@ -295,17 +297,17 @@ impl AuthPort for ConsoleService {
             .await
             .map_err(store_error)?;
         let stored = user.as_ref().map(|u| u.password_hash.clone());
-        // Each hash takes 19 MiB and a core for a moment: at most `hashers` at once.
-        let _hasher = tokio::time::timeout(HASHER_WAIT, self.hashers.acquire())
+        // Each hash takes 19 MiB and a core for a moment: at most a few at once, in memory
+        // allocated once.
+        let matched = self
+            .hashers
+            .verify(password.to_owned(), stored, HASHER_WAIT)
             .await
-            .ok()
-            .and_then(Result::ok)
-            .ok_or_else(|| {
+            .map_err(|_| {
                 AppError::Unavailable(
                     "sign-in (too many at once; try again in a few seconds)".into(),
                 )
             })?;
-        let matched = passwords::verify(password.to_owned(), stored).await;
         let Some(user) = user.filter(|_| matched) else {
             return Err(AppError::Invalid("wrong email or password".into()));
         };

@@ -128,26 +128,14 @@ async fn sign_in_attempts_are_rate_limited_per_email_and_client_with_a_clear_429
     let (app, _dir) = embedded_with_admin().await;
     let client = browser();
     for _ in 0..10 {
-        let (status, _, body) = call(
-            &app,
-            &client,
-            "sign_in",
-            &[("email", "admin@localhost"), ("password", "guess")],
-        )
-        .await;
+        let (status, body) = attempt(&app, &client, "admin@localhost", "guess").await;
         assert_eq!(status, 400, "{body}");
         assert!(
             body.to_string().contains("wrong email or password"),
             "{body}"
         );
     }
-    let (status, _, body) = call(
-        &app,
-        &client,
-        "sign_in",
-        &[("email", "admin@localhost"), ("password", PASSWORD)],
-    )
-    .await;
+    let (status, body) = attempt(&app, &client, "admin@localhost", PASSWORD).await;
     assert_eq!(status, 429, "{body}");
     assert!(
         body.to_string()
@@ -155,13 +143,8 @@ async fn sign_in_attempts_are_rate_limited_per_email_and_client_with_a_clear_429
         "even the right password waits: {body}"
     );
     // Another email is not affected.
-    let (_, _, body) = call(
-        &app,
-        &client,
-        "sign_in",
-        &[("email", "other@example.com"), ("password", "x")],
-    )
-    .await;
+    let (status, body) = attempt(&app, &client, "other@example.com", "x").await;
+    assert_eq!(status, 400, "{body}");
     assert!(
         body.to_string().contains("wrong email or password"),
         "{body}"
@@ -181,7 +164,7 @@ fn browser_at(address: [u8; 4]) -> reqwest::Client {
         .unwrap()
 }
 
-/// A sign-in attempt that waits out the instance's own budget (20 a second, shared by every
+/// A sign-in attempt that waits out the instance's own budget (10 a second, shared by every
 /// client), so a test can count the per-client and per-email budgets alone.
 async fn attempt(
     app: &TestApp,
@@ -218,7 +201,11 @@ async fn a_stranger_guessing_a_password_cannot_lock_its_owner_out() {
             refused += 1;
         }
     }
-    assert_eq!(refused, 10, "the stranger's own budget runs out after 10");
+    // Ten a minute, one more every 6 s: the test takes a few seconds, so one may refill.
+    assert!(
+        (9..=10).contains(&refused),
+        "the stranger's own budget runs out after 10: {refused} of 20 refused"
+    );
     // The owner, from their own address, signs in at once.
     let owner = browser_at([127, 0, 0, 1]);
     let (status, body) = attempt(&app, &owner, "admin@localhost", PASSWORD).await;
@@ -239,8 +226,10 @@ async fn one_client_trying_many_emails_runs_out_of_its_own_budget() {
         }
         statuses.push(status);
     }
-    assert_eq!(statuses.iter().filter(|s| **s == 400).count(), 30);
-    assert_eq!(statuses.iter().filter(|s| **s == 429).count(), 5);
+    // Thirty a minute, one more every 2 s: the test takes a few seconds, so a few may refill.
+    let wrong = statuses.iter().filter(|s| **s == 400).count();
+    assert!((30..=33).contains(&wrong), "{statuses:?}");
+    assert_eq!(wrong + statuses.iter().filter(|s| **s == 429).count(), 35);
     // Another client is not affected.
     let other = browser_at([127, 0, 0, 4]);
     let (status, body) = attempt(&app, &other, "admin@localhost", PASSWORD).await;
@@ -251,7 +240,7 @@ async fn one_client_trying_many_emails_runs_out_of_its_own_budget() {
 async fn a_crowd_of_sign_ins_hashes_a_few_at_a_time_and_the_rest_are_told_to_retry() {
     let (app, _dir) = embedded_with_admin().await;
     // 60 clients at once, each from its own address, each with a new email: no per-client
-    // or per-email budget stops them, only the instance's budget (20 a second) and the
+    // or per-email budget stops them, only the instance's budget (10 a second) and the
     // hashers (at most half the cores at once, each waiting at most 2 s).
     let attempts = (0..60u8).map(|i| {
         let app = &app;
@@ -273,13 +262,13 @@ async fn a_crowd_of_sign_ins_hashes_a_few_at_a_time_and_the_rest_are_told_to_ret
     let budget = statuses.iter().filter(|s| **s == 429).count();
     let busy = statuses.iter().filter(|s| **s == 503).count();
     assert_eq!(wrong + budget + busy, 60, "{statuses:?}");
-    // 20 at once plus what refilled while the crowd arrived (one every 50 ms).
+    // 10 at once plus what refilled while the crowd arrived (one every 100 ms).
     assert!(
-        wrong <= 30,
+        wrong <= 25,
         "about the instance's budget was hashed: {statuses:?}"
     );
     assert!(
-        budget >= 30,
+        budget >= 35,
         "the rest were refused before hashing: {statuses:?}"
     );
 }
