@@ -16,48 +16,20 @@
 )]
 
 #[allow(dead_code)]
+#[path = "support/release_server.rs"]
+mod release_server;
+#[allow(dead_code)]
 #[path = "../tests/api/services.rs"]
 mod services;
 
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use app::keys::{display_prefix, format_key, sha256_hex, KeyKind};
-use rand::RngCore;
+use release_server::{arg, operator_key, post, start_server, tenant};
 use serde_json::{json, Value};
 
 /// `SLUICE_REDIS_TIMEOUT_MS`, the one deadline per check.
 const DEADLINE_MS: u64 = 250;
-
-struct Server {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn binary() -> std::path::PathBuf {
-    if let Some(path) = std::env::var_os("SLUICE_BENCH_BINARY") {
-        return path.into();
-    }
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release/sluice");
-    assert!(path.exists(), "build the release server first: cargo build --release -p server --bin sluice (scripts/bench does)");
-    path
-}
-
-fn arg(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map_or(default, |v| v.parse().expect("a number"))
-}
 
 /// One check's answer: how long it took, its status, and whether it was degraded.
 #[derive(Debug, Clone, Copy)]
@@ -65,18 +37,6 @@ struct Answer {
     took: Duration,
     status: u16,
     degraded: bool,
-}
-
-async fn post(client: &reqwest::Client, url: &str, key: &str, body: Value) -> (u16, Value) {
-    let response = client
-        .post(url)
-        .header("x-api-key", key)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let status = response.status().as_u16();
-    (status, response.json().await.unwrap_or(Value::Null))
 }
 
 /// Runs `clients` closed-loop clients for `seconds`, alternating a fail-open and a
@@ -160,10 +120,7 @@ async fn main() {
     let clients = arg("--clients", 20) as usize;
     eprintln!("failure_bench: {clients} clients, {seconds} s a phase, deadline {DEADLINE_MS} ms");
     let mut redis = services::RedisServer::start();
-    let data = tempfile::tempdir().unwrap();
-    let port = services::free_port(false);
     let env = [
-        ("SLUICE_DATA_DIR", data.path().display().to_string()),
         ("REDIS_URL", redis.url()),
         ("SLUICE_REDIS_TIMEOUT_MS", DEADLINE_MS.to_string()),
         (
@@ -171,76 +128,19 @@ async fn main() {
             std::env::var("BENCH_LOG").unwrap_or_else(|_| "warn".to_owned()),
         ),
     ];
-    let mut command = Command::new(binary());
-    command
-        .env("SLUICE_LISTEN", format!("127.0.0.1:{port}"))
-        .stdout(Stdio::null())
-        .stderr(if std::env::var_os("BENCH_LOG").is_some() {
-            Stdio::inherit()
-        } else {
-            Stdio::null()
-        });
-    for (k, v) in &env {
-        command.env(k, v);
-    }
-    let server = Server {
-        child: command.spawn().expect("start sluice"),
-        url: format!("http://127.0.0.1:{port}"),
-    };
-    let started = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "sluice did not start"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let mut create = Command::new(binary());
-    create
-        .args(["key", "create", "--operator"])
-        .stderr(Stdio::null());
-    for (k, v) in &env {
-        create.env(k, v);
-    }
-    let operator = String::from_utf8(create.output().unwrap().stdout)
-        .unwrap()
-        .trim()
-        .to_owned();
+    let server = start_server(&env, std::env::var_os("BENCH_LOG").is_some());
+    let operator = operator_key(&env, &server);
     let client = reqwest::Client::new();
     let url = &server.url;
-    let (_, tenant) = post(
-        &client,
-        &format!("{url}/v1/admin/tenants"),
-        &operator,
-        json!({ "name": "bench" }),
-    )
-    .await;
-    let id = tenant["id"].as_str().unwrap();
-    for (name, mode) in [("open", "open"), ("closed", "closed")] {
-        let rule = json!({ "name": name, "match": "exact", "route": format!("GET /{name}"),
-                           "scope": "tenant", "algorithm": "gcra", "limit": 1_000_000,
-                           "period_ms": 1000, "failure_mode": mode });
-        let (status, body) = post(
-            &client,
-            &format!("{url}/v1/admin/tenants/{id}/rules"),
-            &operator,
-            rule,
-        )
-        .await;
-        assert_eq!(status, 201, "{body}");
-    }
-    let mut random = [0_u8; 32];
-    rand::rngs::OsRng.fill_bytes(&mut random);
-    let key = format_key(KeyKind::Check, &random);
-    let body = json!({ "kind": "check", "name": "bench", "hash": sha256_hex(&key), "prefix": display_prefix(&key) });
-    let (status, _) = post(
-        &client,
-        &format!("{url}/v1/admin/tenants/{id}/keys"),
-        &operator,
-        body,
-    )
-    .await;
-    assert_eq!(status, 201);
+    let rules: Vec<Value> = ["open", "closed"]
+        .into_iter()
+        .map(|mode| {
+            json!({ "name": mode, "match": "exact", "route": format!("GET /{mode}"),
+                    "scope": "tenant", "algorithm": "gcra", "limit": 1_000_000,
+                    "period_ms": 1000, "failure_mode": mode })
+        })
+        .collect();
+    let key = tenant(&client, url, &operator, "bench", &rules).await;
 
     println!("| phase | checks | p50 ms | p99 ms | max ms | decided by Redis | allowed, fail_open | 503, fail_closed |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|");

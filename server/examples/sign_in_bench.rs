@@ -21,46 +21,18 @@
 )]
 
 #[allow(dead_code)]
+#[path = "support/release_server.rs"]
+mod release_server;
+#[allow(dead_code)]
 #[path = "../tests/api/services.rs"]
 mod services;
 
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use app::keys::{display_prefix, format_key, sha256_hex, KeyKind};
-use rand::RngCore;
-use serde_json::{json, Value};
-
-struct Server {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn binary() -> std::path::PathBuf {
-    if let Some(path) = std::env::var_os("SLUICE_BENCH_BINARY") {
-        return path.into();
-    }
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release/sluice");
-    assert!(path.exists(), "build the release server first: cargo build --release -p server --bin sluice (scripts/bench does)");
-    path
-}
-
-fn arg(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map_or(default, |v| v.parse().expect("a number"))
-}
+use release_server::{arg, operator_key, post, start_server, tenant};
+use serde_json::json;
 
 /// A line of `/proc/<pid>/status` in MiB (`VmRSS`, `VmHWM`).
 fn memory_mib(pid: u32, field: &str) -> f64 {
@@ -76,18 +48,6 @@ fn memory_mib(pid: u32, field: &str) -> f64 {
                 .ok()
         })
         .map_or(0.0, |kib| kib / 1024.0)
-}
-
-async fn post(client: &reqwest::Client, url: &str, key: &str, body: Value) -> (u16, Value) {
-    let response = client
-        .post(url)
-        .header("x-api-key", key)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let status = response.status().as_u16();
-    (status, response.json().await.unwrap_or(Value::Null))
 }
 
 /// What one phase measured.
@@ -243,80 +203,21 @@ async fn main() {
     let saturating_clients = arg("--saturating-clients", 16) as usize;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     eprintln!("sign_in_bench: {rate} checks/s over {clients} clients, {attackers} attackers, {seconds} s a phase");
-    let data = tempfile::tempdir().unwrap();
-    let port = services::free_port(false);
     let env = [
-        ("SLUICE_DATA_DIR", data.path().display().to_string()),
         (
             "SLUICE_ADMIN_PASSWORD",
             "the bench operator's password".to_owned(),
         ),
         ("RUST_LOG", "error".to_owned()),
     ];
-    let mut command = Command::new(binary());
-    command
-        .env("SLUICE_LISTEN", format!("127.0.0.1:{port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    for (k, v) in &env {
-        command.env(k, v);
-    }
-    let server = Server {
-        child: command.spawn().expect("start sluice"),
-        url: format!("http://127.0.0.1:{port}"),
-    };
-    let pid = server.child.id();
-    let started = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "sluice did not start"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let mut create = Command::new(binary());
-    create
-        .args(["key", "create", "--operator"])
-        .stderr(Stdio::null());
-    for (k, v) in &env {
-        create.env(k, v);
-    }
-    let operator = String::from_utf8(create.output().unwrap().stdout)
-        .unwrap()
-        .trim()
-        .to_owned();
+    let server = start_server(&env, false);
+    let pid = server.pid();
+    let operator = operator_key(&env, &server);
     let client = reqwest::Client::new();
     let url = &server.url;
-    let (_, tenant) = post(
-        &client,
-        &format!("{url}/v1/admin/tenants"),
-        &operator,
-        json!({ "name": "bench" }),
-    )
-    .await;
-    let id = tenant["id"].as_str().unwrap();
     let rule = json!({ "name": "api", "match": "exact", "route": "GET /api", "scope": "tenant",
                        "algorithm": "gcra", "limit": 1_000_000_000, "period_ms": 1000 });
-    let (status, body) = post(
-        &client,
-        &format!("{url}/v1/admin/tenants/{id}/rules"),
-        &operator,
-        rule,
-    )
-    .await;
-    assert_eq!(status, 201, "{body}");
-    let mut random = [0_u8; 32];
-    rand::rngs::OsRng.fill_bytes(&mut random);
-    let key = format_key(KeyKind::Check, &random);
-    let body = json!({ "kind": "check", "name": "bench", "hash": sha256_hex(&key), "prefix": display_prefix(&key) });
-    let (status, _) = post(
-        &client,
-        &format!("{url}/v1/admin/tenants/{id}/keys"),
-        &operator,
-        body,
-    )
-    .await;
-    assert_eq!(status, 201);
+    let key = tenant(&client, url, &operator, "bench", &[rule]).await;
 
     let phases = [
         ("checks alone".to_owned(), Attack::None),

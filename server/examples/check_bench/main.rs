@@ -18,143 +18,21 @@
 mod services;
 
 mod loadgen;
+#[allow(dead_code)]
+#[path = "../support/release_server.rs"]
+mod release_server;
 
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use app::keys::{display_prefix, format_key, KeyKind};
 use loadgen::{Load, Mix, Report};
-use rand::RngCore;
-use serde_json::{json, Value};
+use release_server::{operator_key, start_server, tenant};
+use serde_json::json;
 
 const TIERS: [u32; 9] = [
     500, 1_000, 2_000, 5_000, 10_000, 20_000, 30_000, 40_000, 60_000,
 ];
 const TENANTS: usize = 10;
 const SUBJECTS: usize = 10_000;
-
-struct Server {
-    child: Child,
-    url: String,
-    _data: tempfile::TempDir,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The server under test: `SLUICE_BENCH_BINARY`, or this checkout's release build (set it to
-/// another build to compare two versions side by side).
-fn binary() -> std::path::PathBuf {
-    if let Some(path) = std::env::var_os("SLUICE_BENCH_BINARY") {
-        return path.into();
-    }
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release/sluice");
-    assert!(path.exists(), "build the release server first: cargo build --release -p server --bin sluice (scripts/bench does)");
-    path
-}
-
-fn start_server(env: &[(&str, String)]) -> Server {
-    let data = tempfile::tempdir().unwrap();
-    let port = services::free_port(false);
-    let mut command = Command::new(binary());
-    command
-        .env("SLUICE_LISTEN", format!("127.0.0.1:{port}"))
-        .env("SLUICE_DATA_DIR", data.path())
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit());
-    for (k, v) in env {
-        command.env(k, v);
-    }
-    // Owned at once, so a failed start still kills and reaps the process.
-    let server = Server {
-        child: command.spawn().expect("start sluice"),
-        url: format!("http://127.0.0.1:{port}"),
-        _data: data,
-    };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return server;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("sluice did not start");
-}
-
-fn operator_key(env: &[(&str, String)], data: &std::path::Path) -> String {
-    let mut command = Command::new(binary());
-    command
-        .args(["key", "create", "--operator"])
-        .env("SLUICE_DATA_DIR", data)
-        .stderr(Stdio::null());
-    for (k, v) in env {
-        command.env(k, v);
-    }
-    let out = command.output().expect("sluice key create");
-    assert!(out.status.success());
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
-}
-
-async fn api(client: &reqwest::Client, url: &str, key: &str, path: &str, body: Value) -> Value {
-    let response = client
-        .post(format!("{url}{path}"))
-        .header("x-api-key", key)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert!(
-        response.status().is_success(),
-        "{path}: {}",
-        response.status()
-    );
-    response.json().await.unwrap()
-}
-
-/// Creates a tenant with `rule` and returns a check key for it.
-async fn tenant(
-    client: &reqwest::Client,
-    url: &str,
-    operator: &str,
-    name: &str,
-    rule: Value,
-) -> String {
-    let tenant = api(
-        client,
-        url,
-        operator,
-        "/v1/admin/tenants",
-        json!({ "name": name }),
-    )
-    .await;
-    let id = tenant["id"].as_str().unwrap();
-    api(
-        client,
-        url,
-        operator,
-        &format!("/v1/admin/tenants/{id}/rules"),
-        rule,
-    )
-    .await;
-    let mut random = [0_u8; 32];
-    rand::rngs::OsRng.fill_bytes(&mut random);
-    let key = format_key(KeyKind::Check, &random);
-    let body = json!({ "kind": "check", "name": "bench", "hash": app::keys::sha256_hex(&key), "prefix": display_prefix(&key) });
-    api(
-        client,
-        url,
-        operator,
-        &format!("/v1/admin/tenants/{id}/keys"),
-        body,
-    )
-    .await;
-    key
-}
 
 fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1000.0)
@@ -189,8 +67,8 @@ async fn bench_mode(mode: &str, seconds: u64, mix: Mix) -> String {
     if let Some(c) = &cluster {
         env.push(("REDIS_CLUSTER_NODES", c.urls().join(",")));
     }
-    let server = start_server(&env);
-    let operator = operator_key(&env, server._data.path());
+    let server = start_server(&env, true);
+    let operator = operator_key(&env, &server);
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(2048)
         .build()
@@ -199,11 +77,11 @@ async fn bench_mode(mode: &str, seconds: u64, mix: Mix) -> String {
     for i in 0..TENANTS {
         let rule = json!({ "name": "per-user", "match": "default", "scope": "subject",
                            "algorithm": "token_bucket", "limit": 1_000_000_000u64, "period_ms": 1000 });
-        allow_keys.push(tenant(&client, &server.url, &operator, &format!("t{i}"), rule).await);
+        allow_keys.push(tenant(&client, &server.url, &operator, &format!("t{i}"), &[rule]).await);
     }
     let deny_rule = json!({ "name": "tiny", "match": "all", "scope": "tenant",
                             "algorithm": "gcra", "limit": 1, "period_ms": 31_622_400_000u64 });
-    let deny_key = tenant(&client, &server.url, &operator, "deny", deny_rule).await;
+    let deny_key = tenant(&client, &server.url, &operator, "deny", &[deny_rule]).await;
 
     let load = |keys: Vec<String>, rate: u32, seconds: u64, mix: Mix| Load {
         url: server.url.clone(),
