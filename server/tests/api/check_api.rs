@@ -1245,27 +1245,20 @@ async fn an_operator_sets_a_tenants_quotas_and_past_them_new_rules_and_keys_are_
     }
     assert_eq!(statuses, [201, 201, 409]);
     let keys = format!("/v1/admin/tenants/{}/keys", t.id);
-    let register = |kind: KeyKind| {
-        let (_, hash, prefix) = new_key(kind);
-        json!({ "kind": kind.as_str(), "name": "k", "hash": hash, "prefix": prefix })
+    // Registers a new check key: the status and the answer.
+    let register = || {
+        let (_, hash, prefix) = new_key(KeyKind::Check);
+        let body = json!({ "kind": "check", "name": "k", "hash": hash, "prefix": prefix });
+        let (keys, admin_key) = (keys.clone(), t.admin_key.clone());
+        let app = &app;
+        async move {
+            let (status, _, answer) = app.call("POST", &keys, Some(&admin_key), Some(&body)).await;
+            (status, answer)
+        }
     };
-    let (status, _, third) = app
-        .call(
-            "POST",
-            &keys,
-            Some(&t.admin_key),
-            Some(&register(KeyKind::Check)),
-        )
-        .await;
+    let (status, third) = register().await;
     assert_eq!(status, 201, "{third}");
-    let (status, _, problem) = app
-        .call(
-            "POST",
-            &keys,
-            Some(&t.admin_key),
-            Some(&register(KeyKind::Check)),
-        )
-        .await;
+    let (status, problem) = register().await;
     assert_eq!(status, 409, "{problem}");
     assert!(
         problem.to_string().contains("quota of 3 working keys"),
@@ -1277,15 +1270,7 @@ async fn an_operator_sets_a_tenants_quotas_and_past_them_new_rules_and_keys_are_
         app.call("POST", &revoke, Some(&t.admin_key), None).await.0,
         200
     );
-    let (status, _, _) = app
-        .call(
-            "POST",
-            &keys,
-            Some(&t.admin_key),
-            Some(&register(KeyKind::Check)),
-        )
-        .await;
-    assert_eq!(status, 201);
+    assert_eq!(register().await.0, 201);
     // Back to the defaults.
     let (_, _, defaults) = app.call("PUT", &quotas, Some(&op), Some(&json!({}))).await;
     assert_eq!(defaults, json!({ "max_rules": 100, "max_keys": 50 }));
