@@ -329,13 +329,7 @@ async fn the_status_names_the_version_only_to_signed_in_users() {
     let (status, _, anonymous) = call(&app, &client, "status", &[]).await;
     assert_eq!(status, 200, "{anonymous}");
     assert_eq!(anonymous["version"], Value::Null, "{anonymous}");
-    let (status, _, _) = call(
-        &app,
-        &client,
-        "sign_in",
-        &[("email", "admin@localhost"), ("password", PASSWORD)],
-    )
-    .await;
+    let (status, _) = attempt(&app, &client, "admin@localhost", PASSWORD).await;
     assert_eq!(status, 200);
     let (_, _, signed_in) = call(&app, &client, "status", &[]).await;
     assert_eq!(
@@ -360,13 +354,7 @@ async fn latest_session_expiry(app: &TestApp) -> i64 {
 async fn a_session_expires_after_idleness_so_each_use_moves_its_expiry() {
     let (app, _dir) = embedded_with_admin().await;
     let client = browser();
-    let (status, _, _) = call(
-        &app,
-        &client,
-        "sign_in",
-        &[("email", "admin@localhost"), ("password", PASSWORD)],
-    )
-    .await;
+    let (status, _) = attempt(&app, &client, "admin@localhost", PASSWORD).await;
     assert_eq!(status, 200);
     let at_sign_in = latest_session_expiry(&app).await;
     let hours = sluice::transport::router::SESSION_HOURS;
