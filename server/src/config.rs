@@ -73,6 +73,13 @@ pub struct Config {
     #[arg(long, env = "SLUICE_MAX_CONNECTIONS", default_value_t = 10_000)]
     pub max_connections: usize,
 
+    /// Proxies (load balancers) whose `X-Forwarded-For` tells who the client is, as addresses
+    /// or blocks, comma-separated (`10.0.0.0/8,fd00::/8`). Unset: every client is the socket's
+    /// peer, and behind a proxy all clients share its address for the per-client sign-in
+    /// budget.
+    #[arg(long, env = "SLUICE_TRUSTED_PROXIES", value_delimiter = ',')]
+    pub trusted_proxies: Vec<String>,
+
     /// How many console sign-ins may hash a password (argon2id, 19 MiB each) at once; the rest
     /// wait a little, then are told to retry. Defaults to half the machine's cores (at least 1),
     /// so sign-ins never take every core from `/v1/check`.
@@ -122,6 +129,7 @@ impl Config {
             idle_timeout_ms: 60_000,
             max_connections: 10_000,
             sign_in_concurrency: None,
+            trusted_proxies: Vec::new(),
             log_format: LogFormat::Text,
             site_root: PathBuf::from("target/site"),
         }

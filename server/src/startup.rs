@@ -24,6 +24,7 @@ use crate::redis_client::{RedisClient, RedisOptions};
 use crate::store::sessions::SqlSessionStore;
 use crate::store::Db;
 use crate::telemetry::{logging, Metrics};
+use crate::transport::client_ip::{Block, TrustedProxies};
 use crate::transport::console::ConsoleService;
 use crate::transport::listener::{serve, ConnectionLimits};
 use crate::transport::router::{metrics_router, router};
@@ -63,6 +64,8 @@ pub struct Application {
     metrics_listener: Option<TcpListener>,
     /// What the listeners allow one connection.
     limits: ConnectionLimits,
+    /// The proxies whose `X-Forwarded-For` names the client.
+    proxies: TrustedProxies,
     router: Router,
     metrics_router: Option<Router>,
     db: Db,
@@ -173,6 +176,7 @@ impl Application {
             .map(|_| metrics_router(state.clone()));
         Ok(Self {
             bootstrap_password,
+            proxies: trusted_proxies(&config)?,
             limits: ConnectionLimits {
                 header_timeout: Duration::from_millis(config.header_timeout_ms),
                 idle_timeout: Duration::from_millis(config.idle_timeout_ms),
@@ -234,12 +238,13 @@ impl Application {
         stop: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         let limits = self.limits;
+        let proxies = self.proxies.clone();
         let (tx, _) = tokio::sync::broadcast::channel::<()>(1);
         let mut main_stop = tx.subscribe();
         let mut metrics_stop = tx.subscribe();
         let metrics_server = match (self.metrics_listener, self.metrics_router) {
             (Some(listener), Some(router)) => Some(tokio::spawn(async move {
-                serve(listener, router, limits, async move {
+                serve(listener, router, limits, proxies.clone(), async move {
                     let _ = metrics_stop.recv().await;
                 })
                 .await
@@ -253,9 +258,15 @@ impl Application {
             dashboard.stop();
             let _ = tx.send(());
         });
-        serve(self.listener, self.router, limits, async move {
-            let _ = main_stop.recv().await;
-        })
+        serve(
+            self.listener,
+            self.router,
+            limits,
+            self.proxies,
+            async move {
+                let _ = main_stop.recv().await;
+            },
+        )
         .await
         .context("the HTTP server failed")?;
         if let Some(server) = metrics_server {
@@ -266,6 +277,18 @@ impl Application {
         tracing::info!("stopped");
         Ok(())
     }
+}
+
+/// Step: the trusted proxies, parsed; a bad entry stops start-up and says which.
+fn trusted_proxies(config: &Config) -> anyhow::Result<TrustedProxies> {
+    let blocks = config
+        .trusted_proxies
+        .iter()
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| s.parse::<Block>())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| anyhow::anyhow!("SLUICE_TRUSTED_PROXIES: {e}"))?;
+    Ok(TrustedProxies::new(blocks))
 }
 
 /// Step: the configuration store, migrated.

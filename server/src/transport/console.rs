@@ -18,6 +18,7 @@ use app::AppError;
 use axum::http::request::Parts;
 use tower_sessions::Session;
 
+use super::client_ip::ClientIp;
 use super::readiness;
 use crate::admin::keys::{KeyBody, RotateBody};
 use crate::admin::{Actor, AdminService, ServiceError};
@@ -90,15 +91,16 @@ const SIGN_IN_ALL: &str = "sign-in";
 const SIGN_IN_CLIENT: &str = "sign-in/client";
 const SIGN_IN_EMAIL: &str = "sign-in/email-and-client";
 
-/// The address the request came from (the socket's peer), or `unknown` when it was served
-/// without a socket (tests that call the router directly).
+/// The client the request came from (the socket's peer, or through trusted proxies the
+/// address they forwarded: [`super::client_ip`]), or `unknown` when it was served without a
+/// socket (tests that call the router directly).
 fn client_address() -> String {
     leptos::prelude::use_context::<Parts>()
         .and_then(|parts| {
             parts
                 .extensions
-                .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-                .map(|info| info.0.ip().to_string())
+                .get::<ClientIp>()
+                .map(|ip| ip.0.to_string())
         })
         .unwrap_or_else(|| "unknown".to_owned())
 }

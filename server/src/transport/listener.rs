@@ -9,8 +9,10 @@
 //! - a **connection cap**: past it, a new connection is answered `503` with `Retry-After: 1`
 //!   and closed at once, so the instance never holds more sockets than it was sized for.
 //!
-//! Every request carries its peer address as [`ConnectInfo`], for the per-client sign-in
-//! budget. Stopping closes the listener, lets requests in flight finish, and returns.
+//! Every request carries its peer address as [`ConnectInfo`] and its client's as
+//! [`ClientIp`] (the peer, or through trusted proxies the address they forwarded), for the
+//! per-client sign-in budget. Stopping closes the listener, lets requests in flight finish,
+//! and returns.
 
 use std::future::Future;
 use std::io;
@@ -22,6 +24,8 @@ use std::time::Duration;
 
 use axum::extract::{ConnectInfo, Request};
 use axum::Router;
+
+use super::client_ip::{ClientIp, TrustedProxies};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
@@ -51,6 +55,7 @@ pub async fn serve(
     listener: TcpListener,
     router: Router,
     limits: ConnectionLimits,
+    proxies: TrustedProxies,
     stop: impl Future<Output = ()> + Send,
 ) -> io::Result<()> {
     let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
@@ -85,9 +90,12 @@ pub async fn serve(
             inner: stream,
             activity: Arc::clone(&activity),
         });
+        let proxies = proxies.clone();
         let service = TowerToHyperService::new(router.clone().map_request(
             move |mut request: Request<hyper::body::Incoming>| {
+                let client = proxies.client(peer.ip(), request.headers());
                 request.extensions_mut().insert(ConnectInfo(peer));
+                request.extensions_mut().insert(ClientIp(client));
                 request
             },
         ));

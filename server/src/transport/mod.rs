@@ -11,6 +11,7 @@
 //!   [`readiness`]: the probe of the database and the limiter behind `/readyz`;
 //! - [`openapi`]: `GET /v1/openapi.json`;
 //! - [`browser`]: security headers, and same-origin calls only for server functions;
+//! - [`client_ip`]: who a request comes from, through trusted proxies;
 //! - [`credentials`]: the API key a request presents;
 //! - [`error`]: the HTTP error boundary (problem+json);
 //! - [`state`]: the one shared application state; [`router`]: every route in one place.
@@ -18,6 +19,7 @@
 pub mod admin_api;
 pub mod browser;
 pub mod check;
+pub mod client_ip;
 pub mod console;
 pub mod credentials;
 pub mod error;

@@ -379,3 +379,61 @@ async fn a_session_expires_after_idleness_so_each_use_moves_its_expiry() {
         "the expiry moved with use: {at_sign_in} -> {later}"
     );
 }
+
+/// A browser at `address` whose requests carry `X-Forwarded-For: forwarded` (as a proxy in
+/// front of the server would add it).
+fn browser_forwarded(address: [u8; 4], forwarded: &str) -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert("sec-fetch-site", "same-origin".parse().unwrap());
+    headers.insert("x-forwarded-for", forwarded.parse().unwrap());
+    reqwest::Client::builder()
+        .cookie_store(true)
+        .default_headers(headers)
+        .local_address(std::net::IpAddr::from(address))
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn behind_a_trusted_proxy_each_forwarded_client_has_its_own_budget_and_others_cannot_spoof_one(
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config::embedded(dir.path().to_path_buf());
+    config.admin_password = Some(PASSWORD.into());
+    // The "proxy" is 127.0.0.1; 127.0.0.2 is a client reaching the server directly.
+    config.trusted_proxies = vec!["127.0.0.1".into()];
+    let app = crate::helpers::spawn_app(config).await;
+    // A stranger behind the proxy spends its own budget for the email...
+    let stranger = browser_forwarded([127, 0, 0, 1], "203.0.113.7");
+    let mut refused = 0;
+    for _ in 0..12 {
+        let (status, _) = attempt(&app, &stranger, "admin@localhost", "guess").await;
+        refused += usize::from(status == 429);
+    }
+    assert!(refused >= 1, "the stranger ran out of its own budget");
+    // ... a client that is not a trusted proxy claims to be the owner: its header is ignored,
+    // so it spends its own (127.0.0.2's) budget, not the owner's ...
+    let spoofer = browser_forwarded([127, 0, 0, 2], "198.51.100.9");
+    for _ in 0..12 {
+        attempt(&app, &spoofer, "admin@localhost", "guess").await;
+    }
+    // ... and the owner, behind the same proxy, signs in at once.
+    let owner = browser_forwarded([127, 0, 0, 1], "198.51.100.9");
+    let (status, body) = attempt(&app, &owner, "admin@localhost", PASSWORD).await;
+    assert_eq!(status, 200, "{body}");
+}
+
+#[tokio::test]
+async fn a_bad_trusted_proxy_stops_start_up_and_says_which() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config::embedded(dir.path().to_path_buf());
+    config.trusted_proxies = vec!["10.0.0.0/40".into()];
+    let Err(error) = sluice::startup::Application::build(config).await else {
+        panic!("start-up refuses a prefix longer than 32 bits");
+    };
+    let error = error.to_string();
+    assert!(
+        error.contains("SLUICE_TRUSTED_PROXIES") && error.contains("10.0.0.0/40"),
+        "{error}"
+    );
+}
