@@ -2,7 +2,7 @@
 //! an unknown email verifies against a dummy hash, so it takes as long as a real one and the
 //! timing does not reveal which emails exist.
 //!
-//! Sign-ins verify through [`Hashers`]: a fixed number of threads at the lowest CPU priority,
+//! Sign-ins verify through [`Hashers`]: a fixed number of threads in the idle CPU class,
 //! each computing in a memory block allocated once and reused. Letting argon2 allocate its
 //! 19 MiB per call on tokio's blocking threads left that much cached in the allocator of each
 //! thread that ever ran one (glibc keeps a freed block of that size per arena): a crowd of
@@ -102,10 +102,10 @@ pub struct Busy;
 /// and where to send the answer.
 type Job = (String, Option<String>, tokio::sync::oneshot::Sender<bool>);
 
-/// A fixed number of password hashers: threads of their own at the lowest CPU priority (nice
-/// 19), each with argon2's memory allocated once and reused. A sign-in waits for a free one
-/// for a bounded time. At the lowest priority a hash takes a core only while nothing else
-/// wants it, so `/v1/check` keeps its latency while sign-ins arrive. The threads end when the
+/// A fixed number of password hashers: threads of their own in the idle CPU class
+/// ([`lower_priority`]), each with argon2's memory allocated once and reused. A sign-in waits
+/// for a free one for a bounded time. A hash takes a core only while nothing else wants it,
+/// so `/v1/check` keeps its latency while sign-ins arrive. The threads end when the
 /// last clone is dropped. Cloning shares them.
 #[derive(Debug, Clone)]
 pub struct Hashers {
@@ -157,13 +157,26 @@ impl Hashers {
     }
 }
 
-/// A hasher thread: lowest priority, one block of memory, jobs until the queue closes.
-fn hasher_thread(queue: &Mutex<std::sync::mpsc::Receiver<Job>>) {
-    if let Err(e) =
-        thread_priority::set_current_thread_priority(thread_priority::ThreadPriority::Min)
-    {
+/// Puts the calling thread in Linux's `SCHED_IDLE` class: it runs only on CPU time no other
+/// thread wants, and any other thread that wakes up takes the CPU from it at once. Elsewhere
+/// (or if that fails) it takes the lowest nice value instead.
+fn lower_priority() {
+    use thread_priority::{
+        set_current_thread_priority, set_thread_priority_and_policy, thread_native_id,
+        NormalThreadSchedulePolicy, ThreadPriority, ThreadSchedulePolicy,
+    };
+    let idle = ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle);
+    if set_thread_priority_and_policy(thread_native_id(), ThreadPriority::Min, idle).is_ok() {
+        return;
+    }
+    if let Err(e) = set_current_thread_priority(ThreadPriority::Min) {
         tracing::warn!(error = ?e, "cannot lower a password hasher's CPU priority");
     }
+}
+
+/// A hasher thread: lowest priority, one block of memory, jobs until the queue closes.
+fn hasher_thread(queue: &Mutex<std::sync::mpsc::Receiver<Job>>) {
+    lower_priority();
     let mut memory: Vec<Block> = Vec::new();
     loop {
         let job = queue.lock().unwrap_or_else(PoisonError::into_inner).recv();
@@ -241,7 +254,7 @@ mod tests {
     }
 
     #[test]
-    fn a_hasher_thread_runs_at_the_lowest_priority() {
+    fn a_hasher_thread_runs_in_the_idle_cpu_class() {
         let hashers = Hashers::new(1);
         let (tx, rx) = std::sync::mpsc::channel();
         // A job that reports the priority of the thread that runs it.
@@ -260,21 +273,21 @@ mod tests {
         });
         rx.recv().unwrap();
         probe.join().unwrap();
-        let niceness = std::fs::read_dir("/proc/self/task")
+        let policies = std::fs::read_dir("/proc/self/task")
             .unwrap()
             .filter_map(Result::ok)
             .filter_map(|task| {
                 let comm = std::fs::read_to_string(task.path().join("comm")).ok()?;
                 let stat = std::fs::read_to_string(task.path().join("stat")).ok()?;
-                // Field 19 of stat is the nice value; the command may hold spaces, so count
-                // from the closing parenthesis.
+                // Field 41 of stat is the scheduling policy (5: SCHED_IDLE); the command may
+                // hold spaces, so count from the closing parenthesis (field 3 comes first).
                 let after = stat.rsplit_once(')')?.1;
-                let nice: i32 = after.split_whitespace().nth(16)?.parse().ok()?;
-                comm.trim().starts_with("sluice-hasher").then_some(nice)
+                let policy: i32 = after.split_whitespace().nth(38)?.parse().ok()?;
+                comm.trim().starts_with("sluice-hasher").then_some(policy)
             })
             .collect::<Vec<_>>();
-        assert!(!niceness.is_empty(), "a hasher thread is running");
-        assert!(niceness.iter().all(|n| *n == 19), "{niceness:?}");
+        assert!(!policies.is_empty(), "a hasher thread is running");
+        assert!(policies.iter().all(|p| *p == 5), "{policies:?}");
     }
 
     #[tokio::test]
