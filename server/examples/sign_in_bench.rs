@@ -11,7 +11,8 @@
 //! whole run from `/proc/<pid>/status`).
 //!
 //! Run: `scripts/bench` (it builds the release server first), or alone:
-//! `cargo run --release -p server --example sign_in_bench -- [--seconds N] [--attackers N] [--rate N]`.
+//! `cargo run --release -p server --example sign_in_bench -- [--seconds N] [--attackers N] [--rate N]
+//! [--sign-in-rate N]` (the server's `SLUICE_SIGN_IN_RATE`, 10 by default).
 
 #![allow(
     clippy::print_stdout,
@@ -200,6 +201,7 @@ async fn main() {
     let attackers = u8::try_from(arg("--attackers", 100)).expect("at most 254 attackers");
     let clients = arg("--clients", 4) as usize;
     let rate = arg("--rate", 2_000);
+    let sign_in_rate = arg("--sign-in-rate", 10);
     let saturating_clients = arg("--saturating-clients", 16) as usize;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     eprintln!("sign_in_bench: {rate} checks/s over {clients} clients, {attackers} attackers, {seconds} s a phase");
@@ -209,6 +211,7 @@ async fn main() {
             "the bench operator's password".to_owned(),
         ),
         ("RUST_LOG", "error".to_owned()),
+        ("SLUICE_SIGN_IN_RATE", sign_in_rate.to_string()),
     ];
     let server = start_server(&env, false);
     let pid = server.pid();
@@ -259,8 +262,8 @@ async fn main() {
     let peak = memory_mib(pid, "VmHWM:");
 
     println!(
-        "One release `sluice` process (embedded), {seconds} s a phase; check clients, attackers \
-         and server share this machine's {cores} cores.\n"
+        "One release `sluice` process (embedded, `SLUICE_SIGN_IN_RATE={sign_in_rate}`), {seconds} s \
+         a phase; check clients, attackers and server share this machine's {cores} cores.\n"
     );
     for (title, rows) in tables {
         println!("{title}:\n");

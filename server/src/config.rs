@@ -86,6 +86,12 @@ pub struct Config {
     #[arg(long, env = "SLUICE_SIGN_IN_CONCURRENCY")]
     pub sign_in_concurrency: Option<usize>,
 
+    /// Console sign-ins attempted per second on this instance, from everyone together; past
+    /// it an attempt is refused at once (429) before any password is hashed. Lower it on a
+    /// small machine to keep the hashes' load off `/v1/check`.
+    #[arg(long, env = "SLUICE_SIGN_IN_RATE", default_value_t = 10)]
+    pub sign_in_rate: u64,
+
     /// Log format: `text` for people, `json` for log pipelines.
     #[arg(long, env = "SLUICE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -130,6 +136,7 @@ impl Config {
             max_connections: 10_000,
             sign_in_concurrency: None,
             trusted_proxies: Vec::new(),
+            sign_in_rate: 10,
             log_format: LogFormat::Text,
             site_root: PathBuf::from("target/site"),
         }

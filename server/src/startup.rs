@@ -156,6 +156,7 @@ impl Application {
             dashboard.clone(),
             embedded,
             config.sign_in_concurrency(),
+            config.sign_in_rate,
         );
         let state = AppState(Arc::new(App {
             leptos_options: leptos_options(&config, listener.local_addr()?),

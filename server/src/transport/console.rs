@@ -4,7 +4,7 @@
 //! the same service behind `/v1/admin`, acting as the session's user, and the service decides
 //! what that user may do.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 
 use app::audit::{AuditEntry, AuditFilter, AuditPort};
 use app::auth::{AuthPort, Role, SignedInUser};
@@ -34,23 +34,23 @@ use crate::store::{self, users::User, Db, StoreError};
 /// Session key of the signed-in user's id.
 const USER_ID: &str = "user_id";
 /// Sign-in budgets, each `(limit, period_ms)`, decided by the decision core as the console's
-/// own pseudo-tenant (see [`CONSOLE_LIMITS`]):
+/// own pseudo-tenant (see [`console_limits`]):
 /// - per email *and* client: 10 a minute, refilled one every 6 s (GCRA), so a wrong password
 ///   costs its owner a short wait and a stranger elsewhere cannot lock the account;
 const PER_EMAIL_AND_CLIENT: (u64, u64) = (10, 60_000);
 /// - per client, whatever the email: 30 a minute (guessing across many accounts);
 const PER_CLIENT: (u64, u64) = (30, 60_000);
-/// - for the whole instance: 10 a second, refused at once rather than queued. A hash takes
-///   tens of milliseconds of a core, so sign-ins can never take more than about half a core
-///   from `/v1/check` (`docs/SECURITY.md` has the benchmark).
-const PER_INSTANCE: (u64, u64) = (10, 1_000);
+/// - for the whole instance: `SLUICE_SIGN_IN_RATE` a second (10 by default), refused at once
+///   rather than queued. A hash takes tens of milliseconds of a core, so this bounds what
+///   sign-ins can take from `/v1/check` (`docs/SECURITY.md` has the benchmark).
+const PER_INSTANCE_PERIOD_MS: u64 = 1_000;
 /// How long a sign-in waits for a free password hasher before it is told to retry.
 const HASHER_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The console's own limits, decided by the decision core like any tenant's: the pseudo-tenant
-/// `_console` with one rule per sign-in budget, each on its own route. They fail open, so an
-/// unreachable limiter never locks everyone out.
-static CONSOLE_LIMITS: LazyLock<CompiledTenant> = LazyLock::new(|| {
+/// `_console` with one rule per sign-in budget, each on its own route, the instance's at
+/// `per_second` sign-ins. They fail open, so an unreachable limiter never locks everyone out.
+fn console_limits(per_second: u64) -> CompiledTenant {
     let tenant = Tenant {
         id: "_console".into(),
         name: "_console".into(),
@@ -79,14 +79,18 @@ static CONSOLE_LIMITS: LazyLock<CompiledTenant> = LazyLock::new(|| {
         updated_at: 0,
     };
     let rules = vec![
-        rule(SIGN_IN_ALL, Scope::Tenant, PER_INSTANCE),
+        rule(
+            SIGN_IN_ALL,
+            Scope::Tenant,
+            (per_second.max(1), PER_INSTANCE_PERIOD_MS),
+        ),
         rule(SIGN_IN_CLIENT, Scope::Subject, PER_CLIENT),
         rule(SIGN_IN_EMAIL, Scope::Subject, PER_EMAIL_AND_CLIENT),
     ];
     CompiledTenant::compile(tenant.clone(), rules)
-});
+}
 
-/// The routes of the sign-in budgets in [`CONSOLE_LIMITS`].
+/// The routes of the sign-in budgets in [`console_limits`].
 const SIGN_IN_ALL: &str = "sign-in";
 const SIGN_IN_CLIENT: &str = "sign-in/client";
 const SIGN_IN_EMAIL: &str = "sign-in/email-and-client";
@@ -223,10 +227,14 @@ pub struct ConsoleService {
     embedded: bool,
     /// The password hashers sign-ins share.
     hashers: passwords::Hashers,
+    /// The console's own sign-in budgets.
+    limits: CompiledTenant,
 }
 
 impl ConsoleService {
-    /// The console over these parts; at most `hashers` sign-ins verify a password at once.
+    /// The console over these parts; at most `hashers` sign-ins verify a password at once,
+    /// and at most `sign_ins_per_second` are attempted on the instance.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         db: Db,
         limiter: Limiter,
@@ -235,6 +243,7 @@ impl ConsoleService {
         dashboard: Dashboard,
         embedded: bool,
         hashers: usize,
+        sign_ins_per_second: u64,
     ) -> Self {
         Self {
             db,
@@ -244,6 +253,7 @@ impl ConsoleService {
             dashboard,
             embedded,
             hashers: passwords::Hashers::new(hashers),
+            limits: console_limits(sign_ins_per_second),
         }
     }
 
@@ -507,7 +517,7 @@ impl DashboardPort for ConsoleService {
 
 impl ConsoleService {
     /// A sign-in attempt spends from three budgets, decided by the decision core against the
-    /// console's own limits ([`CONSOLE_LIMITS`]): the instance's, the client's, and the email's
+    /// console's own limits ([`console_limits`]): the instance's, the client's, and the email's
     /// from this client. The first one spent refuses the attempt before any password is hashed.
     /// If the limiter itself is down, sign-in stays possible (the rules fail open) and the core
     /// says so in the log.
@@ -535,7 +545,7 @@ impl ConsoleService {
                 .map_err(|_| AppError::Invalid("wrong email or password".into()))?;
             match self
                 .decider
-                .decide(&CONSOLE_LIMITS, &input, Mode::Internal)
+                .decide(&self.limits, &input, Mode::Internal)
                 .await
             {
                 Ok(Answer::Decided(d)) if !d.allowed => {

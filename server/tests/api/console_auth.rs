@@ -437,3 +437,37 @@ async fn a_bad_trusted_proxy_stops_start_up_and_says_which() {
         "{error}"
     );
 }
+
+#[tokio::test]
+async fn the_instances_sign_in_rate_is_a_setting() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config::embedded(dir.path().to_path_buf());
+    config.admin_password = Some(PASSWORD.into());
+    config.sign_in_rate = 2;
+    let app = crate::helpers::spawn_app(config).await;
+    let attempts = (0..12u8).map(|i| {
+        let app = &app;
+        async move {
+            let client = browser_at([127, 0, 3, i + 1]);
+            let email = format!("few{i}@example.com");
+            call(
+                app,
+                &client,
+                "sign_in",
+                &[("email", email.as_str()), ("password", "guess")],
+            )
+            .await
+            .0
+        }
+    });
+    let started = std::time::Instant::now();
+    let statuses = futures::future::join_all(attempts).await;
+    // Two at once, then one more every 500 ms for as long as the crowd took.
+    let allowed = 2 + (started.elapsed().as_millis() / 500) as usize + 1;
+    let hashed = statuses.iter().filter(|s| **s == 400).count();
+    assert!(
+        hashed <= allowed,
+        "{hashed} hashed, {allowed} allowed: {statuses:?}"
+    );
+    assert_eq!(hashed + statuses.iter().filter(|s| **s == 429).count(), 12);
+}
