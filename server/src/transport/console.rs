@@ -9,7 +9,7 @@ use std::sync::Arc;
 use app::audit::{AuditEntry, AuditFilter, AuditPort};
 use app::auth::{AuthPort, Role, SignedInUser};
 use app::dashboard::{DashboardPort, Range};
-use app::keys::{KeyInfo, KeyKind, KeysPort};
+use app::keys::{sha256_hex, KeyInfo, KeyKind, KeysPort};
 use app::rules::{Algorithm, FailureMode, MatchKind, RuleBody, RuleInfo, RulesPort, Scope};
 use app::simulate::{SimulateInput, SimulatePort, Simulation};
 use app::status::{Status, StatusPort};
@@ -523,10 +523,7 @@ impl ConsoleService {
     /// says so in the log.
     async fn limit_sign_in(&self, email: &str, client: &str) -> Result<(), AppError> {
         // An email can be long; its digest keeps the subject within its 256 bytes.
-        let email_and_client = format!(
-            "{client} {}",
-            hex::encode(<sha2::Sha256 as sha2::Digest>::digest(email.as_bytes()))
-        );
+        let email_and_client = format!("{client} {}", sha256_hex(email));
         let budgets = [
             (SIGN_IN_ALL, None, "sign-ins on this instance"),
             (

@@ -9,10 +9,9 @@
 //! - a **connection cap**: past it, a new connection is answered `503` with `Retry-After: 1`
 //!   and closed at once, so the instance never holds more sockets than it was sized for.
 //!
-//! Every request carries its peer address as [`ConnectInfo`] and its client's as
-//! [`ClientIp`] (the peer, or through trusted proxies the address they forwarded), for the
-//! per-client sign-in budget. Stopping closes the listener, lets requests in flight finish,
-//! and returns.
+//! Every request carries its client's address as [`ClientIp`] (the peer, or through trusted
+//! proxies the address they forwarded), for the per-client sign-in budget. Stopping closes
+//! the listener, lets requests in flight finish, and returns.
 
 use std::future::Future;
 use std::io;
@@ -22,7 +21,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::extract::{ConnectInfo, Request};
+use axum::extract::Request;
 use axum::Router;
 
 use super::client_ip::{ClientIp, TrustedProxies};
@@ -94,7 +93,6 @@ pub async fn serve(
         let service = TowerToHyperService::new(router.clone().map_request(
             move |mut request: Request<hyper::body::Incoming>| {
                 let client = proxies.client(peer.ip(), request.headers());
-                request.extensions_mut().insert(ConnectInfo(peer));
                 request.extensions_mut().insert(ClientIp(client));
                 request
             },

@@ -65,13 +65,9 @@ pub async fn handler(
         return refuse(&AppError::Unauthorized);
     };
     let Some(slot) = state.streams.take(id) else {
-        return (
-            StatusCode::TOO_MANY_REQUESTS,
-            format!(
-                "this session already has {STREAMS_PER_SESSION} dashboard streams open; close one"
-            ),
-        )
-            .into_response();
+        return refuse(&AppError::TooMany(format!(
+            "this session already has {STREAMS_PER_SESSION} dashboard streams open; close one"
+        )));
     };
     Sse::new(frames(state, session, slot, tenant, scope, range))
         .keep_alive(KeepAlive::default())

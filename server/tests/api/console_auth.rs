@@ -5,7 +5,7 @@
 use serde_json::Value;
 use sluice::config::Config;
 
-use crate::helpers::{browser, embedded_with_operator, TestApp};
+use crate::helpers::{browser, browser_with, embedded_with_operator, TestApp};
 
 const PASSWORD: &str = "correct horse battery staple";
 
@@ -151,17 +151,29 @@ async fn sign_in_attempts_are_rate_limited_per_email_and_client_with_a_clear_429
     );
 }
 
-/// A browser whose connections come from `address` (any 127.0.0.0/8 address reaches a
-/// server on 127.0.0.1 on Linux), so one test can play several clients.
 fn browser_at(address: [u8; 4]) -> reqwest::Client {
-    let mut headers = reqwest::header::HeaderMap::new();
-    headers.insert("sec-fetch-site", "same-origin".parse().unwrap());
-    reqwest::Client::builder()
-        .cookie_store(true)
-        .default_headers(headers)
-        .local_address(std::net::IpAddr::from(address))
-        .build()
-        .unwrap()
+    browser_with(Some(address), None)
+}
+
+/// `count` clients at once, the i-th from `network` + i, each signing in with a new email and
+/// a wrong password: their statuses, and how long the crowd took.
+async fn crowd(app: &TestApp, network: [u8; 3], count: u8) -> (Vec<u16>, std::time::Duration) {
+    let attempts = (0..count).map(|i| async move {
+        let [a, b, c] = network;
+        let client = browser_at([a, b, c, i + 1]);
+        let email = format!("crowd{i}@example.com");
+        call(
+            app,
+            &client,
+            "sign_in",
+            &[("email", email.as_str()), ("password", "guess")],
+        )
+        .await
+        .0
+    });
+    let started = std::time::Instant::now();
+    let statuses = futures::future::join_all(attempts).await;
+    (statuses, started.elapsed())
 }
 
 /// A sign-in attempt that waits out the instance's own budget (10 a second, shared by every
@@ -247,24 +259,7 @@ async fn a_crowd_of_sign_ins_hashes_a_few_at_a_time_and_the_rest_are_told_to_ret
     // 60 clients at once, each from its own address, each with a new email: no per-client
     // or per-email budget stops them, only the instance's budget (10 a second) and the
     // hashers (at most half the cores at once, each waiting at most 2 s).
-    let attempts = (0..60u8).map(|i| {
-        let app = &app;
-        async move {
-            let client = browser_at([127, 0, 1, i + 1]);
-            let email = format!("crowd{i}@example.com");
-            call(
-                app,
-                &client,
-                "sign_in",
-                &[("email", email.as_str()), ("password", "guess")],
-            )
-            .await
-            .0
-        }
-    });
-    let started = std::time::Instant::now();
-    let statuses = futures::future::join_all(attempts).await;
-    let took = started.elapsed();
+    let (statuses, took) = crowd(&app, [127, 0, 1], 60).await;
     let wrong = statuses.iter().filter(|s| **s == 400).count();
     let budget = statuses.iter().filter(|s| **s == 429).count();
     let busy = statuses.iter().filter(|s| **s == 503).count();
@@ -380,20 +375,6 @@ async fn a_session_expires_after_idleness_so_each_use_moves_its_expiry() {
     );
 }
 
-/// A browser at `address` whose requests carry `X-Forwarded-For: forwarded` (as a proxy in
-/// front of the server would add it).
-fn browser_forwarded(address: [u8; 4], forwarded: &str) -> reqwest::Client {
-    let mut headers = reqwest::header::HeaderMap::new();
-    headers.insert("sec-fetch-site", "same-origin".parse().unwrap());
-    headers.insert("x-forwarded-for", forwarded.parse().unwrap());
-    reqwest::Client::builder()
-        .cookie_store(true)
-        .default_headers(headers)
-        .local_address(std::net::IpAddr::from(address))
-        .build()
-        .unwrap()
-}
-
 #[tokio::test]
 async fn behind_a_trusted_proxy_each_forwarded_client_has_its_own_budget_and_others_cannot_spoof_one(
 ) {
@@ -404,7 +385,7 @@ async fn behind_a_trusted_proxy_each_forwarded_client_has_its_own_budget_and_oth
     config.trusted_proxies = vec!["127.0.0.1".into()];
     let app = crate::helpers::spawn_app(config).await;
     // A stranger behind the proxy spends its own budget for the email...
-    let stranger = browser_forwarded([127, 0, 0, 1], "203.0.113.7");
+    let stranger = browser_with(Some([127, 0, 0, 1]), Some("203.0.113.7"));
     let mut refused = 0;
     for _ in 0..12 {
         let (status, _) = attempt(&app, &stranger, "admin@localhost", "guess").await;
@@ -413,12 +394,12 @@ async fn behind_a_trusted_proxy_each_forwarded_client_has_its_own_budget_and_oth
     assert!(refused >= 1, "the stranger ran out of its own budget");
     // ... a client that is not a trusted proxy claims to be the owner: its header is ignored,
     // so it spends its own (127.0.0.2's) budget, not the owner's ...
-    let spoofer = browser_forwarded([127, 0, 0, 2], "198.51.100.9");
+    let spoofer = browser_with(Some([127, 0, 0, 2]), Some("198.51.100.9"));
     for _ in 0..12 {
         attempt(&app, &spoofer, "admin@localhost", "guess").await;
     }
     // ... and the owner, behind the same proxy, signs in at once.
-    let owner = browser_forwarded([127, 0, 0, 1], "198.51.100.9");
+    let owner = browser_with(Some([127, 0, 0, 1]), Some("198.51.100.9"));
     let (status, body) = attempt(&app, &owner, "admin@localhost", PASSWORD).await;
     assert_eq!(status, 200, "{body}");
 }
@@ -445,25 +426,9 @@ async fn the_instances_sign_in_rate_is_a_setting() {
     config.admin_password = Some(PASSWORD.into());
     config.sign_in_rate = 2;
     let app = crate::helpers::spawn_app(config).await;
-    let attempts = (0..12u8).map(|i| {
-        let app = &app;
-        async move {
-            let client = browser_at([127, 0, 3, i + 1]);
-            let email = format!("few{i}@example.com");
-            call(
-                app,
-                &client,
-                "sign_in",
-                &[("email", email.as_str()), ("password", "guess")],
-            )
-            .await
-            .0
-        }
-    });
-    let started = std::time::Instant::now();
-    let statuses = futures::future::join_all(attempts).await;
+    let (statuses, took) = crowd(&app, [127, 0, 3], 12).await;
     // Two at once, then one more every 500 ms for as long as the crowd took.
-    let allowed = 2 + (started.elapsed().as_millis() / 500) as usize + 1;
+    let allowed = 2 + (took.as_millis() / 500) as usize + 1;
     let hashed = statuses.iter().filter(|s| **s == 400).count();
     assert!(
         hashed <= allowed,

@@ -523,6 +523,15 @@ async fn the_live_stream_pushes_a_frame_every_second_to_those_allowed() {
     assert!(!frame.contains("Instances"), "no fleet tables for a tenant");
 }
 
+/// Opens the fleet dashboard's stream as `browser`.
+async fn open_stream(app: &TestApp, browser: &reqwest::Client) -> reqwest::Response {
+    browser
+        .get(app.url("/live/dashboard"))
+        .send()
+        .await
+        .unwrap()
+}
+
 /// Reads `response` until the server ends it; returns how many frames came. Panics if it is
 /// still open after `patience`.
 async fn frames_until_end(mut response: reqwest::Response, patience: Duration) -> usize {
@@ -547,11 +556,7 @@ async fn a_dashboard_stream_ends_within_seconds_of_sign_out() {
     let password = "correct horse battery staple";
     let (app, _dir) = embedded_with_operator(password).await;
     let operator = signed_in(&app, "admin@localhost", password).await;
-    let stream = operator
-        .get(app.url("/live/dashboard"))
-        .send()
-        .await
-        .unwrap();
+    let stream = open_stream(&app, &operator).await;
     assert_eq!(stream.status(), 200);
     let signed_out = operator
         .post(app.url("/api/sign_out"))
@@ -572,34 +577,22 @@ async fn one_session_holds_a_few_dashboard_streams_at_most() {
     let operator = signed_in(&app, "admin@localhost", password).await;
     let mut open = Vec::new();
     for _ in 0..sluice::transport::stream_slots::STREAMS_PER_SESSION {
-        let stream = operator
-            .get(app.url("/live/dashboard"))
-            .send()
-            .await
-            .unwrap();
+        let stream = open_stream(&app, &operator).await;
         assert_eq!(stream.status(), 200);
         open.push(stream);
     }
-    let refused = operator
-        .get(app.url("/live/dashboard"))
-        .send()
-        .await
-        .unwrap();
+    let refused = open_stream(&app, &operator).await;
     assert_eq!(refused.status(), 429);
     assert!(refused.text().await.unwrap().contains("close one"));
     // Another session is not affected.
     let other = signed_in(&app, "admin@localhost", password).await;
-    let theirs = other.get(app.url("/live/dashboard")).send().await.unwrap();
+    let theirs = open_stream(&app, &other).await;
     assert_eq!(theirs.status(), 200);
     // Closing one frees its place (the server notices at its next frame).
     drop(open.pop());
     let mut reopened = false;
     for _ in 0..100 {
-        let again = operator
-            .get(app.url("/live/dashboard"))
-            .send()
-            .await
-            .unwrap();
+        let again = open_stream(&app, &operator).await;
         if again.status() == 200 {
             reopened = true;
             break;

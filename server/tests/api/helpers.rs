@@ -17,13 +17,27 @@ use tokio::task::JoinHandle;
 /// its own origin, says `Sec-Fetch-Site: same-origin` (the server refuses server-function
 /// calls that do not come from its pages).
 pub fn browser() -> reqwest::Client {
+    browser_with(None, None)
+}
+
+/// [`browser`], connecting from `address` when given (any 127.0.0.0/8 address reaches a
+/// server on 127.0.0.1 on Linux, so one test can play several clients), and sending
+/// `X-Forwarded-For: forwarded` when given (as a proxy in front of the server would).
+pub fn browser_with(address: Option<[u8; 4]>, forwarded: Option<&str>) -> reqwest::Client {
     let mut headers = HeaderMap::new();
     headers.insert("sec-fetch-site", "same-origin".parse().unwrap());
-    reqwest::Client::builder()
+    if let Some(forwarded) = forwarded {
+        headers.insert("x-forwarded-for", forwarded.parse().unwrap());
+    }
+    let builder = reqwest::Client::builder()
         .cookie_store(true)
-        .default_headers(headers)
-        .build()
-        .unwrap()
+        .default_headers(headers);
+    match address {
+        Some(address) => builder.local_address(std::net::IpAddr::from(address)),
+        None => builder,
+    }
+    .build()
+    .unwrap()
 }
 
 /// A running instance. Dropping it stops the server.
