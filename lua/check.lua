@@ -20,6 +20,9 @@ KEYS[n+1]    the idempotency record `slr:{<tenant>}:<hash>`: of the caller's req
 KEYS[n+2]    the tenant's active-key HyperLogLog for this minute, `slk:{<tenant>}:<minute>`:
              every bucket checked is added to it (not in a dry run), so the dashboards can
              count active keys with PFCOUNT and no KEYS or SCAN
+KEYS[n+3]    the tenant's live-key index `slb:{<tenant>}`: a sorted set of the buckets and
+             request_id records it holds, scored by the time each expires at the earliest
+             (used only when ARGV[5+7n] >= 0)
 ARGV[1]      now in ms, or "" to use Redis TIME (tests pass an explicit clock)
 ARGV[2]      idempotency TTL in ms (> 0: look the record up first, write it after deciding);
              0 = no record; -1 = dry run: decide, write nothing
@@ -27,10 +30,22 @@ ARGV[3]      n, the number of rules (1..8)
 ARGV[4+7i..] per rule i: algorithm code (1 token_bucket, 2 gcra, 3 leaky_bucket,
              4 fixed_window, 5 sliding_window, 6 sliding_log), limit, period_ms, capacity
              (burst, or limit), cost, penalty (0/1), shadow (0/1)
+ARGV[4+7n]   1 when the idempotency record is the caller's request_id (it counts against the
+             quota), 0 when the server made it for this one call (kept a few seconds)
+ARGV[5+7n]   the tenant's quota of live keys, or -1 for none
 
 Reply: { deduplicated (0/1), now, allowed (0/1),
          then per rule: verdict (1 allow, 0 deny, -1 never fits: cost above capacity),
          remaining (string, %.17g), reset_after_ms, retry_after_ms }
+or, when the call would create keys past the quota and so did nothing:
+       { 2, now, live keys, ms until the earliest of them expires }
+
+The quota: a call that would create a bucket or keep a caller's request_id checks the index
+first. It drops (or, when the key lives on, re-scores) up to PRUNE entries whose time has
+passed, then refuses if the live keys plus the new ones would pass the quota. Checks of
+existing buckets never touch the index. The index has no TTL of its own: a bucket written
+again outlives the time it was first scored with, so the index must outlive it too; it holds
+at most the quota's entries and Redis drops it with its last one.
 
 State, per algorithm (hash fields unless noted; every key gets a TTL covering a full refill):
   token_bucket  v = tokens, t = last time      gcra           v = TAT - t (backlog), t = last time
@@ -47,6 +62,9 @@ if redis.replicate_commands then
 end
 
 local ALLOW, DENY, NEVER = 1, 0, -1
+local OVER_QUOTA = 2
+-- The most index entries one call examines when it makes room.
+local PRUNE = 100
 local MARGIN = 1000
 -- How long a minute's active-key HyperLogLog lives: the 5-minute window plus a margin.
 local ACTIVE_TTL_MS = 7 * 60 * 1000
@@ -330,15 +348,59 @@ for i = 1, n do
                algorithm = algorithm, P = P, shadow = shadow }
 end
 
+-- What phase 2 writes for rule i: its admitted state, or its penalty, or nothing.
+local function to_write(r)
+  if allowed then
+    return r.admitted
+  elseif not r.shadow and r.d.v ~= ALLOW then
+    return r.penalised
+  end
+  return nil
+end
+
+-- The quota: the keys this call would create, admitted only while the tenant's live keys
+-- stay within it.
+local quota = tonumber(ARGV[5 + 7 * n])
+if not dry_run and quota >= 0 then
+  local index = KEYS[n + 3]
+  local fresh = {}
+  for i = 1, n do
+    if to_write(rules[i]) and redis.call('EXISTS', KEYS[i]) == 0 then
+      fresh[#fresh + 1] = { KEYS[i], rules[i].ttl }
+    end
+  end
+  if dedup_ttl > 0 and ARGV[4 + 7 * n] == '1' then
+    fresh[#fresh + 1] = { dedup_key, dedup_ttl }
+  end
+  if #fresh > 0 then
+    local due = redis.call('ZRANGEBYSCORE', index, '-inf', now, 'LIMIT', 0, PRUNE)
+    for _, member in ipairs(due) do
+      local left = redis.call('PTTL', member)
+      if left > 0 then
+        redis.call('ZADD', index, now + left, member)
+      else
+        redis.call('ZREM', index, member)
+      end
+    end
+    local live = redis.call('ZCARD', index)
+    if live + #fresh > quota then
+      local first = redis.call('ZRANGE', index, 0, 0, 'WITHSCORES')
+      local wait = 1000
+      if first[2] then
+        wait = math.max(1, tonumber(first[2]) - now)
+      end
+      return { OVER_QUOTA, now, live, whole_ms(wait) }
+    end
+    for _, key in ipairs(fresh) do
+      redis.call('ZADD', index, now + key[2], key[1])
+    end
+  end
+end
+
 -- Phase 2: commit all admitted consumption, or only the penalties (nothing in a dry run).
 for i = 1, (dry_run and 0 or n) do
   local r = rules[i]
-  local state = nil
-  if allowed then
-    state = r.admitted
-  elseif not r.shadow and r.d.v ~= ALLOW then
-    state = r.penalised
-  end
+  local state = to_write(r)
   if state then
     write(KEYS[i], r.algorithm, state, r.ttl, r.P)
   end

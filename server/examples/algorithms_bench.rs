@@ -66,6 +66,7 @@ async fn check(
         request_id: None,
         now_ms: None,
         dry_run: false,
+        max_live_keys: None,
     };
     limiter.check(&request).await.unwrap().allowed
 }

@@ -208,7 +208,10 @@ impl Identities {
             return Ok(None);
         };
         let rules = store::rules::list(&self.db, tenant_id).await?;
-        let compiled = Arc::new(CompiledTenant::compile(tenant, rules));
+        let quotas = store::quotas::get(&self.db, tenant_id).await?;
+        let compiled = Arc::new(
+            CompiledTenant::compile(tenant, rules).with_live_bucket_quota(quotas.live_buckets()),
+        );
         self.caches
             .put_tenant(tenant_id, compiled.clone(), generation);
         Ok(Some(compiled))

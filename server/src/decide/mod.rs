@@ -140,6 +140,7 @@ impl Decider {
             request_id: input.request_id.as_ref().map(|r| r.as_str().to_owned()),
             now_ms: None,
             dry_run: mode == Mode::DryRun,
+            max_live_keys: tenant.max_live_buckets,
         };
         let started = Instant::now();
         let outcome = self.limiter.check(&request).await;
@@ -158,6 +159,16 @@ impl Decider {
                     self.metrics
                         .outcome(tenant_id, first_policy, Outcome::Error);
                 }
+                return Err(error.into());
+            }
+            // Past the tenant's quota of live buckets: refused like a denial, and no failure
+            // mode applies (the store answered).
+            Err(error @ LimiterError::OverQuota { .. }) => {
+                if counted {
+                    self.metrics
+                        .outcome(tenant_id, first_policy, Outcome::Denied);
+                }
+                tracing::debug!(tenant = tenant_id, error = %error, "check refused by the live-bucket quota");
                 return Err(error.into());
             }
             Err(error) if mode == Mode::DryRun => return Err(error.into()),
@@ -249,7 +260,7 @@ impl Decider {
             .any(|r| r.body.failure_mode == FailureMode::Local)
         {
             tracing::debug!(error = %error, "limiter unavailable; deciding locally");
-            return Ok(self.decide_locally(request, rules, counted));
+            return self.decide_locally(request, rules, counted);
         }
         if counted {
             for rule in &enforced {
@@ -275,7 +286,12 @@ impl Decider {
     /// `open` rules of the same check allow. The buckets are this instance's own and start
     /// full, so the fleet admits at most the limit (plus rounding up to 1 per instance) while
     /// the count of instances is right; see docs/ARCHITECTURE.md for the bound.
-    fn decide_locally(&self, request: &CheckRequest, rules: &[Arc<Rule>], counted: bool) -> Answer {
+    fn decide_locally(
+        &self,
+        request: &CheckRequest,
+        rules: &[Arc<Rule>],
+        counted: bool,
+    ) -> Result<Answer, DecideError> {
         let share = u64::try_from(self.live.get()).unwrap_or(u64::MAX);
         let picked: Vec<usize> = (0..rules.len())
             .filter(|&i| !rules[i].body.shadow && rules[i].body.failure_mode == FailureMode::Local)
@@ -294,8 +310,11 @@ impl Decider {
             request_id: request.request_id.clone(),
             now_ms: request.now_ms,
             dry_run: false,
+            // This instance's own buckets, for the length of an outage: the tenant's quota
+            // counts what it holds in the shared store.
+            max_live_keys: None,
         };
-        let outcome = self.fallback.check(&local);
+        let outcome = self.fallback.check(&local)?;
         let rules: Vec<Arc<Rule>> = picked.iter().map(|&i| rules[i].clone()).collect();
         let deciding = plan::deciding_rule(&rules, &outcome.decisions, outcome.allowed);
         if counted {
@@ -308,14 +327,14 @@ impl Decider {
                 .outcome(&request.tenant, &rules[deciding].body.name, counted_as);
             self.metrics.local_decision();
         }
-        Answer::Decided(Decided {
+        Ok(Answer::Decided(Decided {
             allowed: outcome.allowed,
             rules,
             decisions: outcome.decisions,
             deciding,
             now_ms: outcome.now_ms,
             local: true,
-        })
+        }))
     }
 }
 

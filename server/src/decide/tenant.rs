@@ -27,6 +27,8 @@ pub struct CompiledTenant {
     prefixes: Vec<Arc<Rule>>,
     default: Vec<Arc<Rule>>,
     all: Vec<Arc<Rule>>,
+    /// The tenant's quota of live buckets (and request_id records); `None`: none.
+    pub max_live_buckets: Option<u64>,
 }
 
 impl CompiledTenant {
@@ -37,6 +39,7 @@ impl CompiledTenant {
             prefixes: Vec::new(),
             default: Vec::new(),
             all: Vec::new(),
+            max_live_buckets: None,
         };
         for rule in rules.into_iter().filter(|r| r.body.enabled) {
             let rule = Arc::new(rule);
@@ -73,6 +76,14 @@ impl CompiledTenant {
                 .then_with(|| a.body.name.cmp(&b.body.name))
         });
         compiled
+    }
+
+    /// This tenant with a quota of live buckets.
+    pub fn with_live_bucket_quota(self, quota: u64) -> Self {
+        Self {
+            max_live_buckets: Some(quota),
+            ..self
+        }
     }
 
     pub fn is_active(&self) -> bool {

@@ -23,6 +23,18 @@ pub enum LimiterError {
     Invalid(String),
     #[error("unexpected reply from the check script: {0}")]
     Protocol(String),
+    /// The check would create a bucket or keep a request_id past the tenant's quota of live
+    /// buckets; nothing was consumed.
+    #[error(
+        "the tenant holds {live} live buckets and request_id records, its quota is {quota}; \
+         checks of new subjects are refused until some expire (in about {retry_after_ms} ms) \
+         or an operator raises max_live_buckets (PUT /v1/admin/tenants/{{tenant}}/quotas)"
+    )]
+    OverQuota {
+        live: u64,
+        quota: u64,
+        retry_after_ms: u64,
+    },
 }
 
 impl LimiterError {
@@ -30,7 +42,9 @@ impl LimiterError {
     pub fn is_transient(&self) -> bool {
         match self {
             LimiterError::Redis(e) => e.is_transient(),
-            LimiterError::Invalid(_) | LimiterError::Protocol(_) => false,
+            LimiterError::Invalid(_)
+            | LimiterError::Protocol(_)
+            | LimiterError::OverQuota { .. } => false,
         }
     }
 }
@@ -59,6 +73,10 @@ pub struct CheckRequest {
     /// Decide without writing anything: no consumption, no penalty, no idempotency record
     /// (the console's and the admin API's simulate).
     pub dry_run: bool,
+    /// The tenant's quota of live keys (buckets and the records of callers' request_ids):
+    /// a check that would create one past it is refused ([`LimiterError::OverQuota`]).
+    /// `None`: no quota (the console's own limits, the local fallback).
+    pub max_live_keys: Option<u64>,
 }
 
 /// The decision for one request.

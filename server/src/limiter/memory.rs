@@ -5,19 +5,39 @@
 //! evaluates them with [`model::check_all`], exactly like the Lua script on Redis. Every
 //! stored state carries the expiry the script would give its key; expired entries read as
 //! absent and each shard is swept as it is used, so memory follows the active keys.
+//!
+//! The tenant's quota of live keys is kept as the script keeps it: each tenant's count of
+//! stored buckets and request_id records goes up when a check stores a new one and down when
+//! a sweep removes it. A check that would pass the quota first sweeps every shard (at most
+//! every [`FORCED_SWEEP_MS`], so refusals cannot be made to sweep without end), then is
+//! refused if it still would.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use app::rules::model::{self, RuleInput, State};
 
-use super::check::{CheckOutcome, CheckRequest, REQUEST_ID_TTL};
+use super::check::{CheckOutcome, CheckRequest, LimiterError, REQUEST_ID_TTL};
 
 /// Number of independently locked shards.
 pub const SHARDS: usize = 64;
 /// A shard removes its expired entries after this many writes.
 const SWEEP_EVERY: u32 = 1024;
+/// A check refused by its tenant's quota sweeps every shard first, unless one did within
+/// this many ms.
+pub const FORCED_SWEEP_MS: i64 = 100;
+
+/// The tenant of a bucket or request key: what its hash tag `{<tenant>}` names.
+fn tenant_of(key: &str) -> &str {
+    key.split_once('{')
+        .and_then(|(_, rest)| rest.split_once('}'))
+        .map_or("", |(tenant, _)| tenant)
+}
+
+/// Stored keys per tenant, expired or not (what the quota counts).
+type Counts = Mutex<HashMap<String, u64>>;
 
 #[derive(Default)]
 struct Shard {
@@ -28,19 +48,43 @@ struct Shard {
 
 impl Shard {
     /// Counts a write; every [`SWEEP_EVERY`] writes the shard drops what has expired.
-    fn wrote(&mut self, now: i64) {
+    fn wrote(&mut self, now: i64, counts: &Counts) {
         self.writes += 1;
         if self.writes >= SWEEP_EVERY {
-            self.sweep(now);
+            self.sweep(now, counts);
         }
     }
 
-    fn sweep(&mut self, now: i64) -> usize {
-        let before = self.buckets.len() + self.replies.len();
-        self.buckets.retain(|_, (_, expires)| *expires > now);
-        self.replies.retain(|_, (_, expires)| *expires > now);
+    /// Drops what has expired at `now` and takes it off its tenant's count.
+    fn sweep(&mut self, now: i64, counts: &Counts) -> usize {
+        let mut removed: HashMap<String, u64> = HashMap::new();
+        let mut drop_expired = |key: &String, expires: i64| {
+            if expires > now {
+                return true;
+            }
+            *removed.entry(tenant_of(key).to_owned()).or_default() += 1;
+            false
+        };
+        self.buckets
+            .retain(|key, (_, expires)| drop_expired(key, *expires));
+        self.replies
+            .retain(|key, (_, expires)| drop_expired(key, *expires));
         self.writes = 0;
-        before - self.buckets.len() - self.replies.len()
+        if removed.is_empty() {
+            return 0;
+        }
+        let mut counts = lock(counts);
+        let mut total = 0;
+        for (tenant, n) in removed {
+            total += n as usize;
+            if let Some(count) = counts.get_mut(&tenant) {
+                *count = count.saturating_sub(n);
+                if *count == 0 {
+                    counts.remove(&tenant);
+                }
+            }
+        }
+        total
     }
 }
 
@@ -49,6 +93,10 @@ impl Shard {
 pub struct MemoryBackend {
     shards: Arc<[Mutex<Shard>]>,
     hasher: RandomState,
+    /// Stored keys per tenant. Locked after shards, never before.
+    counts: Arc<Counts>,
+    /// When a refused check last swept every shard (Unix ms).
+    forced_sweep: Arc<AtomicI64>,
 }
 
 impl std::fmt::Debug for MemoryBackend {
@@ -65,10 +113,10 @@ impl Default for MemoryBackend {
     }
 }
 
-fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding a shard cannot leave a half-written state (writes are single
     // inserts), so a poisoned lock is still safe to use.
-    shard
+    mutex
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -78,6 +126,8 @@ impl MemoryBackend {
         Self {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             hasher: RandomState::new(),
+            counts: Arc::default(),
+            forced_sweep: Arc::new(AtomicI64::new(i64::MIN)),
         }
     }
 
@@ -85,9 +135,31 @@ impl MemoryBackend {
         (self.hasher.hash_one(key) % SHARDS as u64) as usize
     }
 
-    /// Decides `request` (already validated).
-    pub fn check(&self, request: &CheckRequest) -> CheckOutcome {
+    /// Decides `request` (already validated). Past the tenant's quota, it sweeps every
+    /// shard (at most every [`FORCED_SWEEP_MS`]) and tries once more before refusing.
+    pub fn check(&self, request: &CheckRequest) -> Result<CheckOutcome, LimiterError> {
         let now = request.now_ms.unwrap_or_else(crate::store::now_ms);
+        match self.check_at(request, now) {
+            Err(LimiterError::OverQuota { .. }) if self.may_force_sweep() => {
+                self.sweep(now);
+                self.check_at(request, now)
+            }
+            other => other,
+        }
+    }
+
+    /// Whether a refused check may sweep every shard now (and if so, notes that it did).
+    fn may_force_sweep(&self) -> bool {
+        let wall = crate::store::now_ms();
+        let last = self.forced_sweep.load(Ordering::Relaxed);
+        wall.saturating_sub(last) >= FORCED_SWEEP_MS
+            && self
+                .forced_sweep
+                .compare_exchange(last, wall, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
+
+    fn check_at(&self, request: &CheckRequest, now: i64) -> Result<CheckOutcome, LimiterError> {
         let reply_key = request.request_id.as_deref().map(|_| request.reply_key());
 
         let mut order: Vec<usize> = request
@@ -111,10 +183,10 @@ impl MemoryBackend {
             let g = position(self.shard_of(key), &guards);
             if let Some((reply, expires)) = guards[g].1.replies.get(key) {
                 if *expires > now {
-                    return CheckOutcome {
+                    return Ok(CheckOutcome {
                         deduplicated: true,
                         ..reply.clone()
-                    };
+                    });
                 }
             }
         }
@@ -147,6 +219,36 @@ impl MemoryBackend {
         } else {
             result.writes
         };
+        // The keys this check stores that are not stored yet (an expired one still counts
+        // until a sweep removes it, so replacing it adds nothing).
+        let mut fresh = writes
+            .iter()
+            .zip(&request.rules)
+            .filter(|(write, rule)| {
+                write.is_some() && {
+                    let g = position(self.shard_of(&rule.key), &guards);
+                    !guards[g].1.buckets.contains_key(&rule.key)
+                }
+            })
+            .count() as u64;
+        if let Some(key) = &reply_key {
+            let g = position(self.shard_of(key), &guards);
+            fresh += u64::from(!guards[g].1.replies.contains_key(key));
+        }
+        if fresh > 0 {
+            let mut counts = lock(&self.counts);
+            let live = counts.get(&request.tenant).copied().unwrap_or(0);
+            if let Some(quota) = request.max_live_keys {
+                if live + fresh > quota {
+                    return Err(LimiterError::OverQuota {
+                        live,
+                        quota,
+                        retry_after_ms: FORCED_SWEEP_MS as u64,
+                    });
+                }
+            }
+            counts.insert(request.tenant.clone(), live + fresh);
+        }
         for (rule, write) in request.rules.iter().zip(writes) {
             if let Some((state, ttl)) = write {
                 let g = position(self.shard_of(&rule.key), &guards);
@@ -155,7 +257,7 @@ impl MemoryBackend {
                 shard
                     .buckets
                     .insert(rule.key.clone(), (state, now.saturating_add(ttl)));
-                shard.wrote(now);
+                shard.wrote(now, &self.counts);
             }
         }
         let outcome = CheckOutcome {
@@ -169,9 +271,9 @@ impl MemoryBackend {
             let expires = now.saturating_add(REQUEST_ID_TTL.as_millis() as i64);
             let shard = &mut guards[g].1;
             shard.replies.insert(key, (outcome.clone(), expires));
-            shard.wrote(now);
+            shard.wrote(now, &self.counts);
         }
-        outcome
+        Ok(outcome)
     }
 
     /// The stored state of `key`, expired or not (for tests and diagnostics).
@@ -197,7 +299,16 @@ impl MemoryBackend {
 
     /// Removes every entry expired at `now`; returns how many were removed.
     pub fn sweep(&self, now: i64) -> usize {
-        self.shards.iter().map(|s| lock(s).sweep(now)).sum()
+        self.shards
+            .iter()
+            .map(|s| lock(s).sweep(now, &self.counts))
+            .sum()
+    }
+
+    /// The keys (buckets and request_id records) stored for `tenant`, expired or not: what
+    /// its quota counts.
+    pub fn stored_for(&self, tenant: &str) -> u64 {
+        lock(&self.counts).get(tenant).copied().unwrap_or(0)
     }
 
     /// Live buckets per tenant at `now` (the in-process twin of the active-key
@@ -211,10 +322,7 @@ impl MemoryBackend {
                 if *expires <= now {
                     continue;
                 }
-                let tenant = key
-                    .split_once('{')
-                    .and_then(|(_, rest)| rest.split_once('}'))
-                    .map_or("", |(tenant, _)| tenant);
+                let tenant = tenant_of(key);
                 match counts.get_mut(tenant) {
                     Some(n) => *n += 1,
                     None => {

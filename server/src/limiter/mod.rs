@@ -79,7 +79,7 @@ impl Limiter {
     pub async fn check(&self, request: &CheckRequest) -> Result<CheckOutcome, LimiterError> {
         request.validate()?;
         match self {
-            Limiter::InProcess(memory) => Ok(memory.check(request)),
+            Limiter::InProcess(memory) => memory.check(request),
             Limiter::Redis(redis) => redis_backend::check(redis, request).await,
         }
     }

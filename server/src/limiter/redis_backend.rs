@@ -76,12 +76,13 @@ fn add_script_args(
 ) {
     let n = request.rules.len();
     let now_ms = request.now_ms.unwrap_or_else(crate::store::now_ms);
-    cmd.arg(n + 2);
+    cmd.arg(n + 3);
     for rule in &request.rules {
         cmd.arg(&rule.key);
     }
     cmd.arg(dedup_key)
-        .arg(keys::active(&request.tenant, now_ms.div_euclid(60_000)));
+        .arg(keys::active(&request.tenant, now_ms.div_euclid(60_000)))
+        .arg(keys::live_index(&request.tenant));
     match request.now_ms {
         Some(now) => cmd.arg(now),
         None => cmd.arg(""),
@@ -96,7 +97,15 @@ fn add_script_args(
             .arg(u8::from(rule.spec.penalty))
             .arg(u8::from(rule.shadow));
     }
+    cmd.arg(u8::from(request.request_id.is_some()));
+    match request.max_live_keys {
+        Some(quota) => cmd.arg(quota),
+        None => cmd.arg(-1),
+    };
 }
+
+/// The first item of the reply of a call refused by the tenant's quota.
+const OVER_QUOTA: i64 = 2;
 
 fn parse_reply(reply: Value, request: &CheckRequest) -> Result<CheckOutcome, LimiterError> {
     let bad = |what: &str| LimiterError::Protocol(what.to_owned());
@@ -104,6 +113,13 @@ fn parse_reply(reply: Value, request: &CheckRequest) -> Result<CheckOutcome, Lim
         return Err(bad("not an array"));
     };
     let n = request.rules.len();
+    if let [Value::Int(OVER_QUOTA), _, Value::Int(live), Value::Int(wait)] = items.as_slice() {
+        return Err(LimiterError::OverQuota {
+            live: u64::try_from(*live).unwrap_or(0),
+            quota: request.max_live_keys.unwrap_or(0),
+            retry_after_ms: u64::try_from(*wait).unwrap_or(0),
+        });
+    }
     if items.len() != 3 + 4 * n {
         return Err(bad(&format!("{} items for {n} rules", items.len())));
     }
@@ -200,6 +216,7 @@ mod tests {
                 request_id: None,
                 now_ms,
                 dry_run: false,
+                max_live_keys: None,
             })
     }
 
@@ -207,23 +224,28 @@ mod tests {
         /// The arguments are laid out as `lua/check.lua`'s header documents them.
         #[test]
         fn script_arguments_follow_the_scripts_header(
-            request in request(),
+            mut request in request(),
             ttl in prop_oneof![Just(-1_i64), Just(0), 1..600_000_i64],
+            request_id in proptest::option::of("[a-z]{1,8}"),
+            quota in proptest::option::of(0..1_000_000_u64),
         ) {
+            request.request_id = request_id;
+            request.max_live_keys = quota;
             let mut cmd = redis::cmd("EVALSHA");
             cmd.arg("sha");
             add_script_args(&mut cmd, &request, "slr:{t}:x", ttl);
             let args = args_of(&cmd);
             let n = request.rules.len();
-            prop_assert_eq!(args.len(), 3 + (n + 2) + 3 + 7 * n);
-            prop_assert_eq!(&args[2], &(n + 2).to_string());
+            prop_assert_eq!(args.len(), 3 + (n + 3) + 3 + 7 * n + 2);
+            prop_assert_eq!(&args[2], &(n + 3).to_string());
             for (i, rule) in request.rules.iter().enumerate() {
                 prop_assert_eq!(&args[3 + i], &rule.key);
             }
             prop_assert_eq!(&args[3 + n], "slr:{t}:x");
             let active = &args[4 + n];
             prop_assert!(active.starts_with("slk:{t}:"), "{}", active);
-            let argv = &args[5 + n..];
+            prop_assert_eq!(&args[5 + n], "slb:{t}");
+            let argv = &args[6 + n..];
             prop_assert_eq!(&argv[0], &request.now_ms.map_or(String::new(), |t| t.to_string()));
             prop_assert_eq!(&argv[1], &ttl.to_string());
             prop_assert_eq!(&argv[2], &n.to_string());
@@ -240,6 +262,9 @@ mod tests {
                 ];
                 prop_assert_eq!(&argv[at..at + 7], &expected[..]);
             }
+            let caller = if request.request_id.is_some() { "1" } else { "0" };
+            prop_assert_eq!(&argv[3 + 7 * n], caller);
+            prop_assert_eq!(&argv[4 + 7 * n], &quota.map_or("-1".to_owned(), |q| q.to_string()));
         }
 
         /// A reply in the documented shape reads back as the decisions it encodes.
@@ -270,6 +295,13 @@ mod tests {
                 prop_assert_eq!(d.remaining, *remaining);
                 prop_assert_eq!((d.reset_after_ms, d.retry_after_ms), (*reset as u64, *retry as u64));
             }
+            // A refusal by the quota reads as one, whatever the rules.
+            let over = Value::Array(vec![Value::Int(2), Value::Int(now), Value::Int(7), Value::Int(1500)]);
+            let refused = matches!(
+                parse_reply(over, &request),
+                Err(LimiterError::OverQuota { live: 7, retry_after_ms: 1500, .. })
+            );
+            prop_assert!(refused);
             // A reply one rule short is refused, not misread.
             let short = Value::Array(vec![Value::Int(0), Value::Int(now), Value::Int(1)]);
             prop_assert!(parse_reply(short, &request).is_err());

@@ -1,5 +1,6 @@
 //! Every Redis key and channel Sluice uses is built here: buckets (`sl`), idempotency records
-//! (`slr`), active-key HyperLogLogs (`slk`), the dashboards' fleet series (`sld`), and the
+//! (`slr`), active-key HyperLogLogs (`slk`), the live-key index of the quota (`slb`), the
+//! dashboards' fleet series (`sld`), and the
 //! channel of admin changes. All of a tenant's keys carry the hash tag `{<tenant>}`, so on a
 //! Redis Cluster they live in one slot and one script can touch them all atomically; the
 //! fleet's series share the tag `{fleet}` for the same reason.
@@ -57,6 +58,13 @@ pub fn active_window(tenant: &str, now_ms: i64) -> Vec<String> {
     (0..ACTIVE_WINDOW_MINUTES)
         .map(|back| active(tenant, minute - back))
         .collect()
+}
+
+/// The tenant's live-key index: a sorted set of its buckets and request_id records, scored
+/// by when each expires at the earliest, through which `lua/check.lua` keeps the tenant
+/// within its quota of live buckets: `slb:{<tenant>}`.
+pub fn live_index(tenant: &str) -> String {
+    format!("slb:{{{tenant}}}")
 }
 
 /// The idempotency record of one request id: `slr:{<tenant>}:<hash of the id>`.

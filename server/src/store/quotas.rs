@@ -2,11 +2,24 @@
 
 use super::{now_ms, with_exec, Exec, StoreError};
 
+/// The live buckets (and records of callers' request_ids) a tenant may hold in the limiter
+/// when an operator set no quota. Here rather than with the other defaults in
+/// `admin::quotas` because the decision core reads it when it compiles a tenant.
+pub const DEFAULT_MAX_LIVE_BUCKETS: u64 = 1_000_000;
+
 /// A tenant's quotas as stored.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StoredQuotas {
     pub max_rules: Option<u64>,
     pub max_keys: Option<u64>,
+    pub max_live_buckets: Option<u64>,
+}
+
+impl StoredQuotas {
+    /// The quota of live buckets in force.
+    pub fn live_buckets(&self) -> u64 {
+        self.max_live_buckets.unwrap_or(DEFAULT_MAX_LIVE_BUCKETS)
+    }
 }
 
 fn to_u64(v: Option<i64>) -> Option<u64> {
@@ -19,14 +32,18 @@ fn to_i64(v: Option<u64>) -> Option<i64> {
 
 /// The quotas of `tenant_id` (all `None` when none were set).
 pub async fn get(exec: impl Into<Exec<'_>>, tenant_id: &str) -> Result<StoredQuotas, StoreError> {
-    let sql = "SELECT max_rules, max_keys FROM tenant_quotas WHERE tenant_id = $1";
-    let row: Option<(Option<i64>, Option<i64>)> = with_exec!(exec.into(), conn => {
+    let sql = "SELECT max_rules, max_keys, max_live_buckets FROM tenant_quotas \
+               WHERE tenant_id = $1";
+    let row: Option<(Option<i64>, Option<i64>, Option<i64>)> = with_exec!(exec.into(), conn => {
         sqlx::query_as(sql).bind(tenant_id).fetch_optional(conn).await?
     });
     Ok(
-        row.map_or_else(StoredQuotas::default, |(rules, keys)| StoredQuotas {
-            max_rules: to_u64(rules),
-            max_keys: to_u64(keys),
+        row.map_or_else(StoredQuotas::default, |(rules, keys, buckets)| {
+            StoredQuotas {
+                max_rules: to_u64(rules),
+                max_keys: to_u64(keys),
+                max_live_buckets: to_u64(buckets),
+            }
         }),
     )
 }
@@ -37,15 +54,17 @@ pub async fn set(
     tenant_id: &str,
     quotas: StoredQuotas,
 ) -> Result<(), StoreError> {
-    let sql = "INSERT INTO tenant_quotas (tenant_id, max_rules, max_keys, updated_at) \
-               VALUES ($1, $2, $3, $4) ON CONFLICT (tenant_id) DO UPDATE SET \
+    let sql = "INSERT INTO tenant_quotas \
+               (tenant_id, max_rules, max_keys, max_live_buckets, updated_at) \
+               VALUES ($1, $2, $3, $4, $5) ON CONFLICT (tenant_id) DO UPDATE SET \
                max_rules = excluded.max_rules, max_keys = excluded.max_keys, \
-               updated_at = excluded.updated_at";
+               max_live_buckets = excluded.max_live_buckets, updated_at = excluded.updated_at";
     with_exec!(exec.into(), conn => {
         sqlx::query(sql)
             .bind(tenant_id)
             .bind(to_i64(quotas.max_rules))
             .bind(to_i64(quotas.max_keys))
+            .bind(to_i64(quotas.max_live_buckets))
             .bind(now_ms())
             .execute(conn)
             .await?;

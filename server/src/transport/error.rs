@@ -62,6 +62,7 @@ impl ApiError {
             ApiError::NotFound => StatusCode::NOT_FOUND,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::Store(StoreError::Conflict(_)) => StatusCode::CONFLICT,
+            ApiError::Limiter(LimiterError::OverQuota { .. }) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Store(e) if e.is_transient() => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Limiter(e) if e.is_transient() => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Store(_) | ApiError::Limiter(_) | ApiError::Internal => {
@@ -78,11 +79,13 @@ impl ApiError {
             StatusCode::FORBIDDEN => ("/problems/forbidden", "Forbidden"),
             StatusCode::NOT_FOUND => ("/problems/not-found", "Not found"),
             StatusCode::CONFLICT => ("/problems/conflict", "Conflict"),
+            StatusCode::TOO_MANY_REQUESTS => ("/problems/over-quota", "Over quota"),
             StatusCode::SERVICE_UNAVAILABLE => ("/problems/unavailable", "Service unavailable"),
             _ => ("/problems/internal", "Internal error"),
         };
         let detail = match self {
             ApiError::Store(StoreError::Conflict(what)) => format!("{what} already exists"),
+            ApiError::Limiter(quota @ LimiterError::OverQuota { .. }) => quota.to_string(),
             ApiError::Store(_) | ApiError::Limiter(_)
                 if status == StatusCode::SERVICE_UNAVAILABLE =>
             {
@@ -114,12 +117,19 @@ impl IntoResponse for ApiError {
         }
         let problem = self.problem();
         let body = serde_json::to_vec(&problem).unwrap_or_default();
-        (
+        let mut response = (
             self.status(),
             [(header::CONTENT_TYPE, "application/problem+json")],
             body,
         )
-            .into_response()
+            .into_response();
+        if let ApiError::Limiter(LimiterError::OverQuota { retry_after_ms, .. }) = self {
+            response.headers_mut().insert(
+                header::RETRY_AFTER,
+                retry_after_ms.div_ceil(1000).max(1).into(),
+            );
+        }
+        response
     }
 }
 

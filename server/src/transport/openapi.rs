@@ -95,7 +95,7 @@ pub fn document() -> Value {
                 "requestBody": body("CheckRequest"),
                 "responses": {
                     "200": { "description": "Allowed.", "headers": rate_limit_headers(false), "content": { "application/json": { "schema": schema("CheckResponse") } } },
-                    "429": { "description": "Denied.", "headers": rate_limit_headers(true), "content": { "application/json": { "schema": schema("CheckResponse") } } },
+                    "429": { "description": "Denied (application/json); or refused because the check would create a bucket or keep a request_id past the tenant's quota of live buckets (application/problem+json, with Retry-After, nothing consumed).", "headers": rate_limit_headers(true), "content": { "application/json": { "schema": schema("CheckResponse") }, "application/problem+json": { "schema": schema("Problem") } } },
                     "400": problem("Invalid JSON, oversized body, route, subject or request_id, or a cost out of range."),
                     "401": problem("Unknown, revoked or expired key."),
                     "403": problem("Not a check key, or the tenant is suspended."),
@@ -169,7 +169,7 @@ pub fn document() -> Value {
                 "get": operation("getQuotas", "tenants", "The tenant's quotas in force (its admins and operators).", admin_errors(json!({ "200": ok("The quotas.", schema("Quotas")) }), false)),
                 "put": {
                     "operationId": "setQuotas", "tags": ["tenants"],
-                    "summary": "Set the tenant's quotas (operators only); a field left out goes back to the default. Past a quota, new rules or keys are refused with 409.",
+                    "summary": "Set the tenant's quotas (operators only); a field left out goes back to the default. Past a quota, new rules or keys are refused with 409, and checks that would create a bucket with 429.",
                     "requestBody": body("QuotasUpdate"),
                     "responses": admin_errors(json!({ "200": ok("The quotas now in force.", schema("Quotas")) }), true)
                 }
@@ -326,17 +326,19 @@ fn schemas() -> Value {
             }
         },
         "Quotas": {
-            "type": "object", "required": ["max_rules", "max_keys"],
+            "type": "object", "required": ["max_rules", "max_keys", "max_live_buckets"],
             "properties": {
                 "max_rules": { "type": "integer", "minimum": 0, "description": "The most rules the tenant may have." },
-                "max_keys": { "type": "integer", "minimum": 0, "description": "The most keys it may hold that are neither revoked nor expired." }
+                "max_keys": { "type": "integer", "minimum": 0, "description": "The most keys it may hold that are neither revoked nor expired." },
+                "max_live_buckets": { "type": "integer", "minimum": 0, "description": "The most buckets (and records of callers' request_ids, kept 10 minutes) it may hold in the limiter at once." }
             }
         },
         "QuotasUpdate": {
             "type": "object", "additionalProperties": false,
             "properties": {
                 "max_rules": { "type": ["integer", "null"], "minimum": 0, "maximum": crate::admin::quotas::MAX_QUOTA, "description": "Absent or null: the default." },
-                "max_keys": { "type": ["integer", "null"], "minimum": 0, "maximum": crate::admin::quotas::MAX_QUOTA, "description": "Absent or null: the default." }
+                "max_keys": { "type": ["integer", "null"], "minimum": 0, "maximum": crate::admin::quotas::MAX_QUOTA, "description": "Absent or null: the default." },
+                "max_live_buckets": { "type": ["integer", "null"], "minimum": 0, "maximum": crate::admin::quotas::MAX_LIVE_BUCKETS_QUOTA, "description": "Absent or null: the default." }
             }
         },
         "KeyRotate": {

@@ -1273,5 +1273,61 @@ async fn an_operator_sets_a_tenants_quotas_and_past_them_new_rules_and_keys_are_
     assert_eq!(register().await.0, 201);
     // Back to the defaults.
     let (_, _, defaults) = app.call("PUT", &quotas, Some(&op), Some(&json!({}))).await;
-    assert_eq!(defaults, json!({ "max_rules": 100, "max_keys": 50 }));
+    assert_eq!(
+        defaults,
+        json!({ "max_rules": 100, "max_keys": 50, "max_live_buckets": 1_000_000 })
+    );
+}
+
+#[tokio::test]
+async fn past_the_live_bucket_quota_new_subjects_are_429_and_a_raised_quota_applies_at_once() {
+    let app = spawn_embedded().await;
+    let op = app.operator_key().await;
+    let mut per_user = rule("per-user", "all", None, "gcra", 100, 60_000);
+    per_user["scope"] = json!("subject");
+    let t = setup_tenant(&app, &op, &[per_user]).await;
+    let quotas = format!("/v1/admin/tenants/{}/quotas", t.id);
+    let set = |max: u64| {
+        let (app, op, quotas) = (&app, op.clone(), quotas.clone());
+        async move {
+            let body = json!({ "max_live_buckets": max });
+            let (status, _, answer) = app.call("PUT", &quotas, Some(&op), Some(&body)).await;
+            assert_eq!(status, 200, "{answer}");
+            assert_eq!(answer["max_live_buckets"], max);
+        }
+    };
+    set(3).await;
+    let check = |subject: &str| {
+        app.check(
+            &t.check_key,
+            json!({ "route": "GET /", "subject": subject }),
+        )
+    };
+    for subject in ["a", "b", "c"] {
+        assert_eq!(check(subject).await.0, 200, "{subject}");
+    }
+    let (status, headers, problem) = check("d").await;
+    assert_eq!(status, 429, "{problem}");
+    assert_eq!(headers["content-type"], "application/problem+json");
+    let retry: u64 = headers["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!(retry >= 1, "{retry}");
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("quota is 3") && detail.contains("max_live_buckets"),
+        "{detail}"
+    );
+    // The subjects it holds go on as before.
+    assert_eq!(check("a").await.0, 200);
+    // The operator raises the quota: the next check of a new subject is admitted.
+    set(4).await;
+    assert_eq!(check("d").await.0, 200);
+    assert_eq!(check("e").await.0, 429);
+    // A tenant admin reads the quota but cannot raise it.
+    let (status, _, read) = app.call("GET", &quotas, Some(&t.admin_key), None).await;
+    assert_eq!((status, read["max_live_buckets"].as_u64()), (200, Some(4)));
+    let body = json!({ "max_live_buckets": 1_000 });
+    let (status, _, _) = app
+        .call("PUT", &quotas, Some(&t.admin_key), Some(&body))
+        .await;
+    assert_eq!(status, 403);
 }

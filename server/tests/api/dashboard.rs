@@ -252,6 +252,7 @@ async fn touch(limiter: &Limiter, tenant: &str, count: usize) {
             request_id: None,
             now_ms: None,
             dry_run: false,
+            max_live_keys: None,
         })
         .collect();
     let results: Vec<bool> = futures::stream::iter(requests)
@@ -329,6 +330,7 @@ async fn cardinality_on(target: LimiterTarget, sizes: &[usize]) {
         request_id: None,
         now_ms: None,
         dry_run: true,
+        max_live_keys: None,
     };
     limiter.check(&dry).await.unwrap();
     let counts = store

@@ -46,6 +46,7 @@ fn request(tenant: &str, rules: Vec<RuleCheck>, now: Option<i64>) -> CheckReques
         request_id: None,
         now_ms: now,
         dry_run: false,
+        max_live_keys: None,
     }
 }
 
@@ -186,6 +187,9 @@ on_every_backend!(
     shadow_rules_report_but_never_block,
     invalid_checks_are_refused_without_touching_state,
     a_dry_run_decides_like_a_check_and_writes_nothing,
+    a_tenant_holds_at_most_its_quota_of_live_buckets,
+    request_id_records_count_against_the_quota,
+    concurrent_new_subjects_never_pass_the_quota,
 );
 
 /// A spec for each algorithm with the given limit and period (burst = limit).
@@ -364,6 +368,7 @@ async fn a_dry_run_decides_like_a_check_and_writes_nothing(b: &Backend) {
         let key = &r(1)[0].key;
         let dry = |cost, now| CheckRequest {
             dry_run: true,
+            max_live_keys: None,
             ..request(&t, r(cost), Some(now))
         };
         // On a key that does not exist, nothing is created.
@@ -707,6 +712,128 @@ async fn invalid_checks_are_refused_without_touching_state(b: &Backend) {
     assert!(b.snapshot(&ok.key).await.is_none());
 }
 
+/// A check of `subject` under a rule whose buckets live about 3 s (a 2 s period plus the
+/// script's margin of 1 s), with a quota of live keys.
+fn subject_check(t: &str, subject: &str, quota: u64) -> CheckRequest {
+    let spec = LimitSpec::new(Algorithm::TokenBucket, 10, 2_000);
+    let mut req = request(
+        t,
+        vec![RuleCheck {
+            key: keys::bucket(t, "per-subject", Some(subject)),
+            ..rule(t, "per-subject", spec, 1)
+        }],
+        None,
+    );
+    req.max_live_keys = Some(quota);
+    req
+}
+
+fn over_quota(result: Result<CheckOutcome, LimiterError>) -> (u64, u64, u64) {
+    match result {
+        Err(e @ LimiterError::OverQuota { .. }) => {
+            assert!(!e.is_transient());
+            let LimiterError::OverQuota {
+                live,
+                quota,
+                retry_after_ms,
+            } = e
+            else {
+                unreachable!()
+            };
+            (live, quota, retry_after_ms)
+        }
+        other => panic!("expected a refusal by the quota, got {other:?}"),
+    }
+}
+
+async fn a_tenant_holds_at_most_its_quota_of_live_buckets(b: &Backend) {
+    let t = tenant();
+    for i in 0..5 {
+        let out = b.check(&subject_check(&t, &format!("s{i}"), 5)).await;
+        assert!(out.allowed);
+    }
+    // A sixth subject would be a sixth bucket: refused, and nothing is stored for it.
+    let refused = subject_check(&t, "s5", 5);
+    let (live, quota, retry_after_ms) = over_quota(b.limiter.check(&refused).await);
+    assert_eq!((live, quota), (5, 5));
+    assert!((1..=3_000).contains(&retry_after_ms), "{retry_after_ms}");
+    assert!(b.snapshot(&refused.rules[0].key).await.is_none());
+    // The subjects it holds are still checked, and consumed, as before.
+    let before = b.snapshot(&subject_check(&t, "s0", 5).rules[0].key).await;
+    let out = b.check(&subject_check(&t, "s0", 5)).await;
+    assert!(out.allowed);
+    assert_ne!(
+        b.snapshot(&subject_check(&t, "s0", 5).rules[0].key).await,
+        before
+    );
+    // Another tenant has its own quota.
+    let other = tenant();
+    assert!(b.check(&subject_check(&other, "s5", 5)).await.allowed);
+    // Once the buckets expire there is room again (polled: expiry is Redis's own clock).
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        match b.limiter.check(&refused).await {
+            Ok(out) => {
+                assert!(out.allowed);
+                break;
+            }
+            Err(LimiterError::OverQuota { .. }) if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => panic!("no room after the buckets expired: {other:?}"),
+        }
+    }
+}
+
+async fn request_id_records_count_against_the_quota(b: &Backend) {
+    let t = tenant();
+    let with_id = |id: &str| {
+        let mut req = subject_check(&t, "only", 3);
+        req.request_id = Some(id.to_owned());
+        req
+    };
+    // A new bucket and its record, then a second record: three live keys.
+    assert!(b.check(&with_id("a")).await.allowed);
+    assert!(b.check(&with_id("b")).await.allowed);
+    let (live, quota, _) = over_quota(b.limiter.check(&with_id("c")).await);
+    assert_eq!((live, quota), (3, 3));
+    // A resend of a kept id creates nothing: it gets its first answer.
+    let again = b.check(&with_id("a")).await;
+    assert!(again.deduplicated && again.allowed);
+    // And a check without an id stores nothing new.
+    assert!(b.check(&subject_check(&t, "only", 3)).await.allowed);
+}
+
+async fn concurrent_new_subjects_never_pass_the_quota(b: &Backend) {
+    // Three instances, 100 new subjects at once against a quota of 20: exactly 20 buckets.
+    let t = tenant();
+    let mut instances = Vec::new();
+    for _ in 0..3 {
+        instances.push(Arc::new(b.another_instance(4).await));
+    }
+    let results = join_all((0..100).map(|i| {
+        let limiter = instances[i % 3].clone();
+        let req = subject_check(&t, &format!("s{i}"), 20);
+        tokio::spawn(async move { limiter.check(&req).await })
+    }))
+    .await;
+    let (mut admitted, mut refused) = (0, 0);
+    for result in results {
+        match result.unwrap() {
+            Ok(out) => {
+                assert!(out.allowed);
+                admitted += 1;
+            }
+            Err(LimiterError::OverQuota { live, .. }) => {
+                assert_eq!(live, 20);
+                refused += 1;
+            }
+            Err(other) => panic!("{other}"),
+        }
+    }
+    assert_eq!((admitted, refused), (20, 80));
+}
+
 #[test]
 fn the_in_process_limiter_admits_exactly_the_limit_from_many_threads() {
     for spec in specs(100, 366 * 86_400_000) {
@@ -718,7 +845,7 @@ fn the_in_process_limiter_admits_exactly_the_limit_from_many_threads() {
             for _ in 0..20 {
                 scope.spawn(|| {
                     for _ in 0..25 {
-                        if memory.check(&req).allowed {
+                        if memory.check(&req).unwrap().allowed {
                             allowed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         }
                     }
