@@ -113,8 +113,13 @@ local function decision(v, remaining, reset, retry)
   return { v = v, rem = remaining, reset = whole_ms(reset), retry = r }
 end
 
+-- The buckets this call found absent (so writing them creates them), for the quota.
+local absent = {}
+
 local function read_hash(key, fields)
   local values = redis.call('HMGET', key, unpack(fields))
+  -- Every write sets all of a state's fields, so a missing first field is a missing key.
+  absent[key] = values[1] == false
   for i = 1, #values do
     values[i] = tonumber(values[i])
   end
@@ -275,6 +280,7 @@ end
 
 local function sliding_log(key, L, P, B, c, now, penalty)
   local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  absent[key] = newest[2] == nil
   if newest[2] then
     now = math.max(now, tonumber(newest[2]))
   end
@@ -365,7 +371,7 @@ if not dry_run and quota >= 0 then
   local index = KEYS[n + 3]
   local fresh = {}
   for i = 1, n do
-    if to_write(rules[i]) and redis.call('EXISTS', KEYS[i]) == 0 then
+    if to_write(rules[i]) and absent[KEYS[i]] then
       fresh[#fresh + 1] = { KEYS[i], rules[i].ttl }
     end
   end
