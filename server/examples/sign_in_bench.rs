@@ -10,9 +10,15 @@
 //! answered, and the server's resident memory (sampled every 50 ms; and its peak over the
 //! whole run from `/proc/<pid>/status`).
 //!
+//! A p99 over one phase on a shared 2-core machine moves by several times from one phase to
+//! the next with nothing changed, so the paced phases are then run again `--rounds` times
+//! (5 by default), interleaved (alone, sign-ins, control, alone, …): the verdict is the median
+//! over rounds of each phase's p99, and of each round's ratio to the checks alone beside it.
+//!
 //! Run: `scripts/bench` (it builds the release server first), or alone:
 //! `cargo run --release -p server --example sign_in_bench -- [--seconds N] [--attackers N] [--rate N]
-//! [--sign-in-rate N]` (the server's `SLUICE_SIGN_IN_RATE`, 10 by default).
+//! [--sign-in-rate N] [--rounds N]` (`--sign-in-rate` is the server's `SLUICE_SIGN_IN_RATE`,
+//! 10 by default).
 
 #![allow(
     clippy::print_stdout,
@@ -203,6 +209,7 @@ async fn main() {
     let rate = arg("--rate", 2_000);
     let sign_in_rate = arg("--sign-in-rate", 10);
     let saturating_clients = arg("--saturating-clients", 16) as usize;
+    let rounds = arg("--rounds", 5) as usize;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     eprintln!("sign_in_bench: {rate} checks/s over {clients} clients, {attackers} attackers, {seconds} s a phase");
     let env = [
@@ -259,6 +266,30 @@ async fn main() {
         }
         tables.push((title.clone(), rows));
     }
+    // The paced phases again, interleaved, round after round.
+    let mut by_round: Vec<[Duration; 3]> = Vec::new();
+    for _ in 0..rounds {
+        let mut p99s = [Duration::ZERO; 3];
+        for (i, attack) in [Attack::None, Attack::SignInWaves, Attack::MeWaves]
+            .into_iter()
+            .enumerate()
+        {
+            let mut measured = phase(
+                url,
+                &key,
+                pid,
+                clients,
+                Load::Paced(rate),
+                attackers,
+                attack,
+                seconds,
+            )
+            .await;
+            measured.checks.sort();
+            p99s[i] = percentile(&measured.checks, 0.99);
+        }
+        by_round.push(p99s);
+    }
     let peak = memory_mib(pid, "VmHWM:");
 
     println!(
@@ -289,6 +320,46 @@ async fn main() {
             );
         }
         println!();
+    }
+    if !by_round.is_empty() {
+        println!(
+            "The paced phases again, {rounds} rounds of {seconds} s each, interleaved ({rate} checks a second):\n"
+        );
+        println!("| round | p99 alone ms | p99 beside sign-ins ms | p99 beside control ms | sign-ins ÷ alone | control ÷ alone |");
+        println!("|---|---:|---:|---:|---:|---:|");
+        let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
+        for (i, [alone, sign_ins, control]) in by_round.iter().enumerate() {
+            println!(
+                "| {} | {} | {} | {} | {:.2}× | {:.2}× |",
+                i + 1,
+                ms(*alone),
+                ms(*sign_ins),
+                ms(*control),
+                ratio(*sign_ins, *alone),
+                ratio(*control, *alone),
+            );
+        }
+        let median = |mut values: Vec<f64>| {
+            values.sort_by(f64::total_cmp);
+            values[values.len() / 2]
+        };
+        let column = |i: usize| {
+            median(
+                by_round
+                    .iter()
+                    .map(|r| r[i].as_secs_f64() * 1000.0)
+                    .collect(),
+            )
+        };
+        let ratios = |i: usize| median(by_round.iter().map(|r| ratio(r[i], r[0])).collect());
+        println!(
+            "| median | {:.2} | {:.2} | {:.2} | {:.2}× | {:.2}× |\n",
+            column(0),
+            column(1),
+            column(2),
+            ratios(1),
+            ratios(2),
+        );
     }
     println!("The server's peak resident memory over the whole run (VmHWM): {peak:.0} MiB.");
 }
