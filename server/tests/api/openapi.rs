@@ -362,7 +362,10 @@ async fn every_documented_operation_is_exercised_and_answers_a_documented_status
     let (_, in_force) = w
         .call("GET", quotas, &quotas_path, Some(&admin), None)
         .await;
-    assert_eq!(in_force, json!({ "max_rules": 20, "max_keys": 50 }));
+    assert_eq!(
+        in_force,
+        json!({ "max_rules": 20, "max_keys": 50, "max_live_buckets": 1_000_000 })
+    );
     w.call(
         "GET",
         "/v1/admin/tenants/{tenant}/audit",
