@@ -310,12 +310,21 @@ impl Decider {
             request_id: request.request_id.clone(),
             now_ms: request.now_ms,
             dry_run: false,
-            // This instance's own buckets, for the length of an outage: the tenant's quota
-            // counts what it holds in the shared store.
-            max_live_keys: None,
+            // This instance's own buckets for the length of an outage, held to the tenant's
+            // quota like those in the shared store.
+            max_live_keys: request.max_live_keys,
         };
-        let outcome = self.fallback.check(&local)?;
         let rules: Vec<Arc<Rule>> = picked.iter().map(|&i| rules[i].clone()).collect();
+        let outcome = match self.fallback.check(&local) {
+            Ok(outcome) => outcome,
+            Err(error) => {
+                if counted {
+                    self.metrics
+                        .outcome(&request.tenant, &rules[0].body.name, Outcome::Denied);
+                }
+                return Err(error.into());
+            }
+        };
         let deciding = plan::deciding_rule(&rules, &outcome.decisions, outcome.allowed);
         if counted {
             let counted_as = if outcome.allowed {

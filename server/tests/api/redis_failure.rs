@@ -329,6 +329,45 @@ async fn three_instances_keep_a_local_rule_near_its_limit_while_redis_is_down() 
 }
 
 #[tokio::test]
+async fn the_local_fallback_holds_a_tenant_to_its_quota_of_live_buckets() {
+    let mut redis = RedisServer::start();
+    let app = distributed(&redis).await;
+    let op = app.operator_key().await;
+    let mut local = rule("local", "all", None, "gcra", 100, 60_000);
+    local["failure_mode"] = json!("local");
+    local["scope"] = json!("subject");
+    let t = setup_tenant(&app, &op, &[local]).await;
+    let quotas = format!("/v1/admin/tenants/{}/quotas", t.id);
+    let body = json!({ "max_live_buckets": 2 });
+    let (status, _, set) = app.call("PUT", &quotas, Some(&op), Some(&body)).await;
+    assert_eq!(status, 200, "{set}");
+    redis.stop();
+    let check = |subject: &str| {
+        app.check(
+            &t.check_key,
+            json!({ "route": "GET /", "subject": subject }),
+        )
+    };
+    for subject in ["a", "b"] {
+        let (status, _, body) = check(subject).await;
+        assert_eq!(
+            (status, body["degraded"].as_str()),
+            (200, Some("local")),
+            "{body}"
+        );
+    }
+    let (status, headers, problem) = check("c").await;
+    assert_eq!(status, 429, "{problem}");
+    assert_eq!(headers["content-type"], "application/problem+json");
+    assert!(
+        problem["detail"].as_str().unwrap().contains("quota is 2"),
+        "{problem}"
+    );
+    // A subject it holds goes on.
+    assert_eq!(check("a").await.0, 200);
+}
+
+#[tokio::test]
 async fn a_cluster_primary_failing_over_is_answered_by_the_failure_mode_and_recovers() {
     use crate::services::RedisCluster;
 
