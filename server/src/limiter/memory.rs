@@ -62,7 +62,13 @@ impl Shard {
             if expires > now {
                 return true;
             }
-            *removed.entry(tenant_of(key).to_owned()).or_default() += 1;
+            let tenant = tenant_of(key);
+            match removed.get_mut(tenant) {
+                Some(n) => *n += 1,
+                None => {
+                    removed.insert(tenant.to_owned(), 1);
+                }
+            }
             false
         };
         self.buckets
@@ -303,12 +309,6 @@ impl MemoryBackend {
             .iter()
             .map(|s| lock(s).sweep(now, &self.counts))
             .sum()
-    }
-
-    /// The keys (buckets and request_id records) stored for `tenant`, expired or not: what
-    /// its quota counts.
-    pub fn stored_for(&self, tenant: &str) -> u64 {
-        lock(&self.counts).get(tenant).copied().unwrap_or(0)
     }
 
     /// Live buckets per tenant at `now` (the in-process twin of the active-key
