@@ -39,6 +39,16 @@ fn tenant_of(key: &str) -> &str {
 /// Stored keys per tenant, expired or not (what the quota counts).
 type Counts = Mutex<HashMap<String, u64>>;
 
+/// Adds `n` to `tenant`'s count (its name is copied only the first time).
+fn add(counts: &mut HashMap<String, u64>, tenant: &str, n: u64) {
+    match counts.get_mut(tenant) {
+        Some(count) => *count += n,
+        None => {
+            counts.insert(tenant.to_owned(), n);
+        }
+    }
+}
+
 #[derive(Default)]
 struct Shard {
     buckets: HashMap<String, (State, i64)>,
@@ -62,13 +72,7 @@ impl Shard {
             if expires > now {
                 return true;
             }
-            let tenant = tenant_of(key);
-            match removed.get_mut(tenant) {
-                Some(n) => *n += 1,
-                None => {
-                    removed.insert(tenant.to_owned(), 1);
-                }
-            }
+            add(&mut removed, tenant_of(key), 1);
             false
         };
         self.buckets
@@ -178,15 +182,18 @@ impl MemoryBackend {
         order.dedup();
         let mut guards: Vec<(usize, MutexGuard<'_, Shard>)> =
             order.iter().map(|&i| (i, lock(&self.shards[i]))).collect();
-        let position = |shard: usize, guards: &[(usize, MutexGuard<'_, Shard>)]| {
+        // Where each key's shard is among the guards, found once.
+        let position = |key: &str| {
+            let shard = self.shard_of(key);
             guards
                 .iter()
                 .position(|(i, _)| *i == shard)
                 .expect("every shard used is locked")
         };
+        let rule_guards: Vec<usize> = request.rules.iter().map(|r| position(&r.key)).collect();
+        let reply_guard = reply_key.as_deref().map(position);
 
-        if let Some(key) = &reply_key {
-            let g = position(self.shard_of(key), &guards);
+        if let (Some(key), Some(g)) = (&reply_key, reply_guard) {
             if let Some((reply, expires)) = guards[g].1.replies.get(key) {
                 if *expires > now {
                     return Ok(CheckOutcome {
@@ -200,12 +207,10 @@ impl MemoryBackend {
         let states: Vec<Option<State>> = request
             .rules
             .iter()
-            .map(|rule| {
-                let g = position(self.shard_of(&rule.key), &guards);
-                match guards[g].1.buckets.get(&rule.key) {
-                    Some((state, expires)) if *expires > now => Some(state.clone()),
-                    _ => None,
-                }
+            .zip(&rule_guards)
+            .map(|(rule, &g)| match guards[g].1.buckets.get(&rule.key) {
+                Some((state, expires)) if *expires > now => Some(state.clone()),
+                _ => None,
             })
             .collect();
         let inputs: Vec<RuleInput<'_>> = request
@@ -229,16 +234,12 @@ impl MemoryBackend {
         // until a sweep removes it, so replacing it adds nothing).
         let mut fresh = writes
             .iter()
-            .zip(&request.rules)
-            .filter(|(write, rule)| {
-                write.is_some() && {
-                    let g = position(self.shard_of(&rule.key), &guards);
-                    !guards[g].1.buckets.contains_key(&rule.key)
-                }
+            .zip(request.rules.iter().zip(&rule_guards))
+            .filter(|(write, (rule, &g))| {
+                write.is_some() && !guards[g].1.buckets.contains_key(&rule.key)
             })
             .count() as u64;
-        if let Some(key) = &reply_key {
-            let g = position(self.shard_of(key), &guards);
+        if let (Some(key), Some(g)) = (&reply_key, reply_guard) {
             fresh += u64::from(!guards[g].1.replies.contains_key(key));
         }
         if fresh > 0 {
@@ -253,11 +254,10 @@ impl MemoryBackend {
                     });
                 }
             }
-            counts.insert(request.tenant.clone(), live + fresh);
+            add(&mut counts, &request.tenant, fresh);
         }
-        for (rule, write) in request.rules.iter().zip(writes) {
+        for ((rule, &g), write) in request.rules.iter().zip(&rule_guards).zip(writes) {
             if let Some((state, ttl)) = write {
-                let g = position(self.shard_of(&rule.key), &guards);
                 let ttl = i64::try_from(ttl).unwrap_or(i64::MAX);
                 let shard = &mut guards[g].1;
                 shard
@@ -272,8 +272,7 @@ impl MemoryBackend {
             deduplicated: false,
             now_ms: now,
         };
-        if let Some(key) = reply_key {
-            let g = position(self.shard_of(&key), &guards);
+        if let (Some(key), Some(g)) = (reply_key, reply_guard) {
             let expires = now.saturating_add(REQUEST_ID_TTL.as_millis() as i64);
             let shard = &mut guards[g].1;
             shard.replies.insert(key, (outcome.clone(), expires));
@@ -322,13 +321,7 @@ impl MemoryBackend {
                 if *expires <= now {
                     continue;
                 }
-                let tenant = tenant_of(key);
-                match counts.get_mut(tenant) {
-                    Some(n) => *n += 1,
-                    None => {
-                        counts.insert(tenant.to_owned(), 1);
-                    }
-                }
+                add(&mut counts, tenant_of(key), 1);
             }
         }
         counts
