@@ -46,6 +46,12 @@ const PER_CLIENT: (u64, u64) = (30, 60_000);
 const PER_INSTANCE_PERIOD_MS: u64 = 1_000;
 /// How long a sign-in waits for a free password hasher before it is told to retry.
 const HASHER_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+/// How long a sign-in refused by a budget is held before it is answered. A refusal is cheap,
+/// but a client that sends its next attempt as soon as the last is answered would otherwise
+/// make tens of thousands a second and take the CPU `/v1/check` needs; held, each connection
+/// makes at most two a second, and waiting costs the server a timer, not a core. A client that
+/// honours the answer's wait loses nothing: the wait it is told starts after the hold.
+pub const REFUSAL_HOLD: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// The console's own limits, decided by the decision core like any tenant's: the pseudo-tenant
 /// `_console` with one rule per sign-in budget, each on its own route, the instance's at
@@ -65,6 +71,7 @@ fn console_limits(per_second: u64) -> CompiledTenant {
             name: route.into(),
             match_kind: MatchKind::Exact,
             route: Some(route.into()),
+            descriptor: None,
             scope,
             algorithm: Algorithm::Gcra,
             limit,
@@ -546,7 +553,15 @@ impl ConsoleService {
                 .await
             {
                 Ok(Answer::Decided(d)) if !d.allowed => {
-                    let wait = d.deciding().1.retry_after_ms.div_ceil(1000).max(1);
+                    tokio::time::sleep(REFUSAL_HOLD).await;
+                    let hold_ms = REFUSAL_HOLD.as_millis() as u64;
+                    let wait = d
+                        .deciding()
+                        .1
+                        .retry_after_ms
+                        .saturating_sub(hold_ms)
+                        .div_ceil(1000)
+                        .max(1);
                     return Err(AppError::TooMany(format!(
                         "too many {what}; try again in {wait} s"
                     )));
