@@ -436,3 +436,58 @@ async fn the_instances_sign_in_rate_is_a_setting() {
     );
     assert_eq!(hashed + statuses.iter().filter(|s| **s == 429).count(), 12);
 }
+
+#[tokio::test]
+async fn a_flood_of_refused_sign_ins_is_held_so_each_client_makes_at_most_two_a_second() {
+    let (app, _dir) = embedded_with_admin().await;
+    let hold = sluice::transport::console::REFUSAL_HOLD;
+    // 20 clients, each from its own address with a new email every attempt, each sending its
+    // next attempt as soon as the last is answered.
+    let flood = std::time::Duration::from_secs(2);
+    let started = std::time::Instant::now();
+    let app = &app;
+    let clients = (0..20_u8).map(|i| async move {
+        let client = browser_at([127, 0, 4, i + 1]);
+        let mut answers = Vec::new();
+        let mut n = 0;
+        while started.elapsed() < flood {
+            n += 1;
+            let email = format!("flood{i}-{n}@example.com");
+            let sent = std::time::Instant::now();
+            let (status, _, body) = call(
+                app,
+                &client,
+                "sign_in",
+                &[("email", email.as_str()), ("password", "guess")],
+            )
+            .await;
+            answers.push((status, sent.elapsed(), body));
+        }
+        answers
+    });
+    let answers: Vec<_> = futures::future::join_all(clients)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    let refused: Vec<_> = answers.iter().filter(|(s, _, _)| *s == 429).collect();
+    assert!(
+        !refused.is_empty(),
+        "the instance's budget refused some: {} answers",
+        answers.len()
+    );
+    for (_, took, body) in &refused {
+        assert!(*took >= hold, "a refusal answered after {took:?}: {body}");
+        assert!(body.to_string().contains("try again in"), "{body}");
+    }
+    // Unheld, a closed loop of 20 is refused thousands of times in 2 s; held, each client is
+    // refused at most once per hold.
+    let took = started.elapsed();
+    let bound = 20 * (took.as_millis() / hold.as_millis() + 1) as usize;
+    assert!(
+        refused.len() <= bound,
+        "{} refusals in {took:?} (at most {bound}) of {} attempts",
+        refused.len(),
+        answers.len()
+    );
+}
