@@ -18,6 +18,11 @@ pub struct Config {
     #[arg(long, env = "SLUICE_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
 
+    /// Serve Envoy's rate limit service (gRPC `ShouldRateLimit`, RLS v3) on this address.
+    /// Unset: no gRPC listener.
+    #[arg(long, env = "SLUICE_GRPC_LISTEN")]
+    pub grpc_listen: Option<SocketAddr>,
+
     /// Where the embedded mode keeps its SQLite file and other local state.
     #[arg(long, env = "SLUICE_DATA_DIR", default_value = "./data")]
     pub data_dir: PathBuf,
@@ -123,6 +128,7 @@ impl Config {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             metrics_listen: None,
+            grpc_listen: None,
             data_dir,
             database_url: None,
             redis_url: None,

@@ -62,6 +62,8 @@ pub struct Application {
     bootstrap_password: Option<String>,
     listener: TcpListener,
     metrics_listener: Option<TcpListener>,
+    /// Envoy's rate limit service, and the state it serves, when `SLUICE_GRPC_LISTEN` is set.
+    grpc: Option<(TcpListener, AppState)>,
     /// What the listeners allow one connection.
     limits: ConnectionLimits,
     /// The proxies whose `X-Forwarded-For` names the client.
@@ -79,6 +81,7 @@ impl std::fmt::Debug for Application {
         f.debug_struct("Application")
             .field("address", &self.listener.local_addr().ok())
             .field("metrics_address", &self.metrics_address())
+            .field("grpc_address", &self.grpc_address())
             .field("database", &self.db.dialect())
             .field("embedded", &self.embedded)
             .finish_non_exhaustive()
@@ -175,6 +178,7 @@ impl Application {
         let metrics_router = metrics_listener
             .as_ref()
             .map(|_| metrics_router(state.clone()));
+        let grpc = bind_grpc(&config).await?.map(|l| (l, state.clone()));
         Ok(Self {
             bootstrap_password,
             proxies: trusted_proxies(&config)?,
@@ -185,6 +189,7 @@ impl Application {
             },
             listener,
             metrics_listener,
+            grpc,
             router: router(state),
             metrics_router,
             db,
@@ -199,6 +204,11 @@ impl Application {
         self.listener
             .local_addr()
             .expect("a bound listener has an address")
+    }
+
+    /// The address of the gRPC rate limit service, when one is configured.
+    pub fn grpc_address(&self) -> Option<SocketAddr> {
+        self.grpc.as_ref().and_then(|(l, _)| l.local_addr().ok())
     }
 
     pub fn metrics_address(&self) -> Option<SocketAddr> {
@@ -243,6 +253,12 @@ impl Application {
         let (tx, _) = tokio::sync::broadcast::channel::<()>(1);
         let mut main_stop = tx.subscribe();
         let mut metrics_stop = tx.subscribe();
+        let mut grpc_stop = tx.subscribe();
+        let grpc_server = self.grpc.map(|(listener, state)| {
+            tokio::spawn(crate::transport::grpc::serve(listener, state, async move {
+                let _ = grpc_stop.recv().await;
+            }))
+        });
         let metrics_server = match (self.metrics_listener, self.metrics_router) {
             (Some(listener), Some(router)) => Some(tokio::spawn(async move {
                 serve(listener, router, limits, proxies.clone(), async move {
@@ -272,6 +288,12 @@ impl Application {
         .context("the HTTP server failed")?;
         if let Some(server) = metrics_server {
             server.await.context("the metrics server panicked")??;
+        }
+        if let Some(server) = grpc_server {
+            server
+                .await
+                .context("the gRPC server panicked")?
+                .context("the gRPC server failed")?;
         }
         self.tasks.stop();
         self.db.close().await;
@@ -345,6 +367,16 @@ async fn bind(config: &Config) -> anyhow::Result<(TcpListener, Option<TcpListene
         None => None,
     };
     Ok((listener, metrics_listener))
+}
+
+/// Step: the gRPC listener, when `SLUICE_GRPC_LISTEN` is set.
+async fn bind_grpc(config: &Config) -> anyhow::Result<Option<TcpListener>> {
+    match config.grpc_listen {
+        Some(addr) => Ok(Some(TcpListener::bind(addr).await.with_context(|| {
+            format!("cannot listen on {addr} (SLUICE_GRPC_LISTEN)")
+        })?)),
+        None => Ok(None),
+    }
 }
 
 /// Step: the dashboards' own Redis connection. Their reads (an hour at start-up) must not

@@ -16,8 +16,8 @@ use serde::{Deserialize, Serialize};
 use crate::error::AppError;
 
 pub use rule::{
-    check_name, check_text, FailureMode, MatchKind, RuleBody, Scope, MAX_NAME_BYTES,
-    MAX_ROUTE_BYTES,
+    check_name, check_text, DescriptorEntry, FailureMode, MatchKind, RuleBody, Scope,
+    MAX_DESCRIPTOR_ENTRIES, MAX_NAME_BYTES, MAX_ROUTE_BYTES,
 };
 pub use spec::{
     Algorithm, FieldError, LimitSpec, MAX_COST, MAX_LIMIT, MAX_LOG_LIMIT, MAX_PERIOD_MS,
@@ -93,6 +93,7 @@ mod tests {
                 name: "transfers".into(),
                 match_kind: MatchKind::Prefix,
                 route: Some("POST /transfers".into()),
+                descriptor: None,
                 scope: Scope::Subject,
                 algorithm: Algorithm::Gcra,
                 limit: 10,
@@ -147,6 +148,7 @@ mod tests {
                         name,
                         match_kind,
                         route,
+                        descriptor: None,
                         scope,
                         algorithm,
                         limit,

@@ -21,14 +21,18 @@ pub enum MatchKind {
     Default,
     /// Applies to every check of the tenant, in addition to the route rule.
     All,
+    /// An Envoy rate-limit descriptor with exactly the rule's `descriptor` entry keys, in
+    /// order (gRPC `ShouldRateLimit`); never a `/v1/check` route.
+    Descriptor,
 }
 
 impl MatchKind {
-    pub const ALL: [MatchKind; 4] = [
+    pub const ALL: [MatchKind; 5] = [
         MatchKind::Exact,
         MatchKind::Prefix,
         MatchKind::Default,
         MatchKind::All,
+        MatchKind::Descriptor,
     ];
 
     pub fn parse(s: &str) -> Option<Self> {
@@ -41,11 +45,36 @@ impl MatchKind {
             MatchKind::Prefix => "prefix",
             MatchKind::Default => "default",
             MatchKind::All => "all",
+            MatchKind::Descriptor => "descriptor",
         }
     }
 
     pub fn needs_route(self) -> bool {
         matches!(self, MatchKind::Exact | MatchKind::Prefix)
+    }
+}
+
+/// Most entries in a descriptor rule (Envoy's descriptors are a few entries long).
+pub const MAX_DESCRIPTOR_ENTRIES: usize = 8;
+
+/// One entry of a descriptor rule: the descriptor's entry at this place must have this
+/// `key`, and this `value` when one is given. The values of the entries without one are the
+/// rule's subject.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DescriptorEntry {
+    pub key: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+}
+
+impl DescriptorEntry {
+    /// `key`, or `key=value`, as the console and the rules list show an entry.
+    pub fn show(&self) -> String {
+        match &self.value {
+            Some(value) => format!("{}={value}", self.key),
+            None => self.key.clone(),
+        }
     }
 }
 
@@ -118,6 +147,9 @@ pub struct RuleBody {
     pub match_kind: MatchKind,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub route: Option<String>,
+    /// The entries a `descriptor` rule matches, in order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub descriptor: Option<Vec<DescriptorEntry>>,
     pub scope: Scope,
     pub algorithm: Algorithm,
     pub limit: u64,
@@ -174,8 +206,57 @@ impl RuleBody {
             }
             (None, false) => {}
         }
+        problems.extend(self.descriptor_problems());
         problems.extend(self.spec().problems());
         problems
+    }
+
+    /// A `descriptor` rule has 1 to [`MAX_DESCRIPTOR_ENTRIES`] entries, and is per subject
+    /// exactly when some entry has no value; any other rule has no descriptor.
+    fn descriptor_problems(&self) -> Vec<FieldError> {
+        let field = |message: String| vec![FieldError::new("descriptor", message)];
+        let entries = match (&self.descriptor, self.match_kind) {
+            (None, MatchKind::Descriptor) => {
+                return field(
+                    "a descriptor rule needs its entries, e.g. [{\"key\": \"remote_address\"}]"
+                        .to_owned(),
+                )
+            }
+            (Some(_), kind) if kind != MatchKind::Descriptor => {
+                return field(format!(
+                    "a {} rule matches routes, not descriptors; leave it out",
+                    kind.as_str()
+                ))
+            }
+            (None, _) => return Vec::new(),
+            (Some(entries), _) => entries,
+        };
+        if entries.is_empty() || entries.len() > MAX_DESCRIPTOR_ENTRIES {
+            return field(format!(
+                "a descriptor rule has 1 to {MAX_DESCRIPTOR_ENTRIES} entries, not {}",
+                entries.len()
+            ));
+        }
+        for entry in entries {
+            if let Err(message) = check_text("an entry's key", &entry.key) {
+                return field(message);
+            }
+            if let Some(Err(message)) = entry.value.as_deref().map(|v| check_text("a value", v)) {
+                return field(message);
+            }
+        }
+        let per_subject = entries.iter().any(|e| e.value.is_none());
+        match (per_subject, self.scope) {
+            (true, Scope::Tenant) => vec![FieldError::new(
+                "scope",
+                "entries without a value make the subject: this rule's scope is \"subject\"",
+            )],
+            (false, Scope::Subject) => vec![FieldError::new(
+                "scope",
+                "every entry has a value, so there is no subject: this rule's scope is \"tenant\"",
+            )],
+            _ => Vec::new(),
+        }
     }
 }
 
@@ -248,6 +329,58 @@ mod tests {
         rule.route = Some("x".repeat(257));
         let fields: Vec<String> = rule.problems().into_iter().map(|p| p.field).collect();
         assert_eq!(fields, ["name", "route"]);
+    }
+
+    #[test]
+    fn descriptor_rules_need_entries_and_a_scope_that_follows_from_them() {
+        let parse = |json: &str| serde_json::from_str::<RuleBody>(json).unwrap();
+        let base = r#""name":"d","match":"descriptor","algorithm":"fixed_window","limit":1,"period_ms":1000"#;
+        let per_client = parse(&format!(
+            r#"{{{base},"scope":"subject","descriptor":[{{"key":"remote_address"}}]}}"#
+        ));
+        assert_eq!(per_client.problems(), vec![]);
+        let valued = parse(&format!(
+            r#"{{{base},"scope":"tenant","descriptor":[{{"key":"path","value":"/login"}}]}}"#
+        ));
+        assert_eq!(valued.problems(), vec![]);
+        let fields = |rule: &RuleBody| -> Vec<String> {
+            rule.problems().into_iter().map(|p| p.field).collect()
+        };
+        // The scope follows from the entries.
+        let mut wrong = per_client.clone();
+        wrong.scope = Scope::Tenant;
+        assert_eq!(fields(&wrong), ["scope"]);
+        let mut wrong = valued.clone();
+        wrong.scope = Scope::Subject;
+        assert_eq!(fields(&wrong), ["scope"]);
+        // No entries, too many, or an empty key.
+        let mut none = per_client.clone();
+        none.descriptor = None;
+        assert_eq!(fields(&none), ["descriptor"]);
+        none.descriptor = Some(vec![]);
+        assert_eq!(fields(&none), ["descriptor"]);
+        let mut many = per_client.clone();
+        many.descriptor = Some(vec![
+            DescriptorEntry {
+                key: "k".into(),
+                value: None
+            };
+            MAX_DESCRIPTOR_ENTRIES + 1
+        ]);
+        assert_eq!(fields(&many), ["descriptor"]);
+        let mut empty = per_client.clone();
+        empty.descriptor = Some(vec![DescriptorEntry {
+            key: String::new(),
+            value: None,
+        }]);
+        assert_eq!(fields(&empty), ["descriptor"]);
+        // Route rules have no descriptor, and descriptor rules no route.
+        let mut route_rule = body();
+        route_rule.descriptor = per_client.descriptor.clone();
+        assert_eq!(fields(&route_rule), ["descriptor"]);
+        let mut routed = per_client;
+        routed.route = Some("GET /".into());
+        assert_eq!(fields(&routed), ["route"]);
     }
 
     #[test]

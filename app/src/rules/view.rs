@@ -7,7 +7,8 @@ use leptos::prelude::*;
 
 use super::preview::{self, Shape, Traffic};
 use super::{
-    Algorithm, DeleteRule, FailureMode, FieldError, MatchKind, RuleBody, RuleInfo, SaveRule, Scope,
+    Algorithm, DeleteRule, DescriptorEntry, FailureMode, FieldError, MatchKind, RuleBody, RuleInfo,
+    SaveRule, Scope,
 };
 use crate::tenants::view::TenantTabs;
 use crate::ui::{use_tenant, ConfirmButton, ErrorNote};
@@ -74,6 +75,8 @@ struct RuleForm {
     name: RwSignal<String>,
     match_kind: RwSignal<String>,
     route: RwSignal<String>,
+    /// A descriptor rule's entries: `key` or `key=value`, separated by commas.
+    descriptor: RwSignal<String>,
     scope: RwSignal<String>,
     algorithm: RwSignal<String>,
     limit: RwSignal<String>,
@@ -106,6 +109,7 @@ impl RuleForm {
         self.name.set(String::new());
         self.match_kind.set("exact".into());
         self.route.set(String::new());
+        self.descriptor.set(String::new());
         self.scope.set("tenant".into());
         self.algorithm.set("token_bucket".into());
         self.limit.set("10".into());
@@ -124,6 +128,12 @@ impl RuleForm {
         self.name.set(b.name.clone());
         self.match_kind.set(b.match_kind.as_str().into());
         self.route.set(b.route.clone().unwrap_or_default());
+        self.descriptor.set(
+            b.descriptor
+                .as_deref()
+                .map(show_entries)
+                .unwrap_or_default(),
+        );
         self.scope.set(b.scope.as_str().into());
         self.algorithm.set(b.algorithm.as_str().into());
         self.limit.set(b.limit.to_string());
@@ -172,11 +182,15 @@ impl RuleForm {
             }
         };
         let route = self.route.get();
+        // Only descriptor rules read the (otherwise disabled) descriptor field.
+        let descriptor =
+            (match_kind == MatchKind::Descriptor).then(|| parse_entries(&self.descriptor.get()));
         let body = RuleBody {
             name: self.name.get().trim().to_owned(),
             match_kind,
             // Rules that match no route ignore the (disabled) route field.
             route: match_kind.needs_route().then_some(route),
+            descriptor,
             scope,
             algorithm,
             limit,
@@ -194,6 +208,33 @@ impl RuleForm {
         }
         Draft { body, problems }
     }
+}
+
+/// Descriptor entries as the form shows them: `key` or `key=value`, separated by commas.
+fn show_entries(entries: &[DescriptorEntry]) -> String {
+    entries
+        .iter()
+        .map(DescriptorEntry::show)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The form's descriptor text as entries (validation says what is wrong with them).
+fn parse_entries(text: &str) -> Vec<DescriptorEntry> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .map(|e| match e.split_once('=') {
+            Some((key, value)) => DescriptorEntry {
+                key: key.trim().to_owned(),
+                value: Some(value.trim().to_owned()),
+            },
+            None => DescriptorEntry {
+                key: e.to_owned(),
+                value: None,
+            },
+        })
+        .collect()
 }
 
 /// A tenant's rules.
@@ -258,9 +299,10 @@ fn RuleRow(
     form: RuleForm,
 ) -> impl IntoView {
     let b = rule.body.clone();
-    let applies = match (&b.route, b.match_kind) {
-        (Some(route), kind) => format!("{} {route}", kind.as_str()),
-        (None, kind) => kind.as_str().to_owned(),
+    let applies = match (&b.route, &b.descriptor, b.match_kind) {
+        (Some(route), _, kind) => format!("{} {route}", kind.as_str()),
+        (None, Some(entries), kind) => format!("{} {}", kind.as_str(), show_entries(entries)),
+        (None, None, kind) => kind.as_str().to_owned(),
     };
     let scope = if b.scope == Scope::Subject {
         " per subject"
@@ -396,6 +438,7 @@ fn RuleEditor(tenant: Memo<String>, save: ServerAction<SaveRule>, form: RuleForm
                         <option value="prefix">"routes starting with"</option>
                         <option value="default">"routes no other rule matches"</option>
                         <option value="all">"every check (tenant-wide)"</option>
+                        <option value="descriptor">"an Envoy descriptor (gRPC)"</option>
                     </select>
                     <span></span>
 
@@ -404,6 +447,12 @@ fn RuleEditor(tenant: Memo<String>, save: ServerAction<SaveRule>, form: RuleForm
                         prop:disabled=move || !MatchKind::parse(&form.match_kind.get()).is_some_and(MatchKind::needs_route)
                         prop:value=form.route on:input=text(form.route)/>
                     <span class="field-error" data-testid="problem-route">{problem("route")}</span>
+
+                    <label for="rule-descriptor">"Descriptor"</label>
+                    <input id="rule-descriptor" autocomplete="off" placeholder="service=api, remote_address"
+                        prop:disabled=move || form.match_kind.get() != MatchKind::Descriptor.as_str()
+                        prop:value=form.descriptor on:input=text(form.descriptor)/>
+                    <span class="field-error" data-testid="problem-descriptor">{problem("descriptor")}</span>
 
                     <label for="rule-scope">"Counted"</label>
                     <select id="rule-scope" prop:value=form.scope on:change=text(form.scope)>

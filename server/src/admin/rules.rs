@@ -56,12 +56,14 @@ impl AdminService {
             .filter(|r| Some(r.id.as_str()) != replacing)
             .filter(|r| r.body.match_kind == body.match_kind)
             .filter(|r| !body.match_kind.needs_route() || r.body.route == body.route)
+            .filter(|r| r.body.descriptor == body.descriptor)
             .count();
         if same_match >= MAX_RULES_PER_MATCH {
             let what = match body.match_kind {
                 MatchKind::Exact | MatchKind::Prefix => "rules on this route",
                 MatchKind::Default => "default rules",
                 MatchKind::All => "tenant-wide (all) rules",
+                MatchKind::Descriptor => "descriptor rules with these entries",
             };
             return Err(ServiceError::Conflict(format!(
                 "a tenant may have at most {MAX_RULES_PER_MATCH} {what}; delete or change one first"

@@ -175,6 +175,45 @@ impl CheckInput {
     }
 }
 
+/// Most descriptors in one gRPC `ShouldRateLimit` request.
+pub const MAX_DESCRIPTORS: usize = 16;
+
+/// One Envoy rate-limit descriptor: its entries (key and value, in order) and what it costs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Descriptor {
+    pub entries: Vec<(String, String)>,
+    pub cost: Cost,
+}
+
+impl Descriptor {
+    /// A descriptor of `entries` costing `hits` (Envoy's `hits_addend`; 0 means 1). Keys and
+    /// values are text like routes and subjects; `field` names it in an error.
+    pub fn new(entries: Vec<(String, String)>, hits: u64) -> Result<Self, InputError> {
+        if entries.is_empty() || entries.len() > app::rules::MAX_DESCRIPTOR_ENTRIES {
+            return Err(invalid(
+                "descriptors",
+                format!(
+                    "a descriptor has 1 to {} entries, not {}",
+                    app::rules::MAX_DESCRIPTOR_ENTRIES,
+                    entries.len()
+                ),
+            ));
+        }
+        for (key, value) in &entries {
+            check_text("an entry's key", key).map_err(|m| invalid("descriptors", m))?;
+            check_text(&format!("the value of entry {key:?}"), value)
+                .map_err(|m| invalid("descriptors", m))?;
+        }
+        let cost = if hits == 0 {
+            Cost::ONE
+        } else {
+            Cost::parse(hits)
+                .map_err(|e| invalid("hits_addend", e.message.replace("`cost`", "`hits_addend`")))?
+        };
+        Ok(Self { entries, cost })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

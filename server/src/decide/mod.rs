@@ -29,7 +29,7 @@ use app::rules::FailureMode;
 
 pub use error::DecideError;
 pub use identity::{Identities, UsageRecorder};
-pub use input::{CheckInput, InputError};
+pub use input::{CheckInput, Descriptor, InputError, MAX_DESCRIPTORS};
 pub use tenant::{CompiledTenant, MAX_RULES_PER_MATCH};
 
 use crate::dashboard::LiveInstances;
@@ -124,20 +124,52 @@ impl Decider {
         input: &CheckInput,
         mode: Mode,
     ) -> Result<Answer, DecideError> {
+        let rules = tenant.resolve(input.route.as_str());
+        let checks = plan::rule_checks(&tenant.tenant.id, &rules, input)?;
+        let request_id = input.request_id.as_ref().map(|r| r.as_str().to_owned());
+        self.decide_planned(tenant, rules, checks, request_id, mode)
+            .await
+    }
+
+    /// Decides Envoy descriptors (gRPC `ShouldRateLimit`): each resolves to its descriptor
+    /// rules ([`CompiledTenant::resolve_descriptor`]), and every rule of every descriptor is
+    /// decided in one atomic limiter call, all or nothing, as for a check. A bucket named by
+    /// two descriptors is charged once with both costs. Also answers, for each descriptor,
+    /// the indices of its rules in [`Decided::rules`].
+    pub async fn decide_descriptors(
+        &self,
+        tenant: &CompiledTenant,
+        descriptors: &[Descriptor],
+        mode: Mode,
+    ) -> Result<(Answer, Vec<Vec<usize>>), DecideError> {
+        let (rules, checks, owners) = plan::descriptor_checks(tenant, descriptors)?;
+        let answer = self
+            .decide_planned(tenant, rules, checks, None, mode)
+            .await?;
+        Ok((answer, owners))
+    }
+
+    /// Decides `rules`, already matched and planned as `checks`, in one limiter call.
+    async fn decide_planned(
+        &self,
+        tenant: &CompiledTenant,
+        rules: Vec<Arc<Rule>>,
+        checks: Vec<crate::limiter::RuleCheck>,
+        request_id: Option<String>,
+        mode: Mode,
+    ) -> Result<Answer, DecideError> {
         let counted = mode == Mode::Enforce;
         let tenant_id = tenant.tenant.id.as_str();
-        let rules = tenant.resolve(input.route.as_str());
         if rules.is_empty() {
             if counted {
                 self.metrics.outcome(tenant_id, "", Outcome::Allowed);
             }
             return Ok(Answer::NoRule);
         }
-        let checks = plan::rule_checks(tenant_id, &rules, input)?;
         let request = CheckRequest {
             tenant: tenant_id.to_owned(),
             rules: checks,
-            request_id: input.request_id.as_ref().map(|r| r.as_str().to_owned()),
+            request_id,
             now_ms: None,
             dry_run: mode == Mode::DryRun,
             max_live_keys: tenant.max_live_buckets,

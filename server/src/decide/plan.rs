@@ -7,8 +7,9 @@ use std::sync::Arc;
 use app::rules::model::{Decision, Verdict};
 use app::rules::Scope;
 
-use super::input::{CheckInput, InputError};
-use crate::limiter::{keys, RuleCheck};
+use super::input::{CheckInput, Descriptor, InputError, Subject};
+use super::tenant::CompiledTenant;
+use crate::limiter::{keys, RuleCheck, MAX_RULES};
 use crate::store::rules::Rule;
 
 /// The limiter's view of `rules` for one check. A subject-scoped rule without a subject is
@@ -31,18 +32,88 @@ pub fn rule_checks(
                     ),
                 })?),
             };
-            Ok(RuleCheck {
-                key: keys::bucket(
-                    tenant_id,
-                    &keys::rule_part(&rule.id, rule.body.algorithm),
-                    subject.map(|s| s.as_str()),
-                ),
-                spec: rule.body.spec(),
-                cost: input.cost.get(),
-                shadow: rule.body.shadow,
-            })
+            Ok(rule_check(
+                tenant_id,
+                rule,
+                subject.map(|s| s.as_str()),
+                input.cost.get(),
+            ))
         })
         .collect()
+}
+
+/// The limiter's view of one rule's bucket (for `subject` when given) charged `cost`.
+fn rule_check(tenant_id: &str, rule: &Rule, subject: Option<&str>, cost: u64) -> RuleCheck {
+    RuleCheck {
+        key: keys::bucket(
+            tenant_id,
+            &keys::rule_part(&rule.id, rule.body.algorithm),
+            subject,
+        ),
+        spec: rule.body.spec(),
+        cost,
+        shadow: rule.body.shadow,
+    }
+}
+
+/// Rules matched, their checks, and for each descriptor the indices of its rules.
+pub type DescriptorPlan = (Vec<Arc<Rule>>, Vec<RuleCheck>, Vec<Vec<usize>>);
+
+/// The plan of Envoy descriptors: each descriptor's rules, one check per distinct bucket (two
+/// descriptors naming the same bucket are charged once, with the sum of their costs), and
+/// which checks each descriptor has. More rules in all than the limiter takes in one call is
+/// an [`InputError`].
+pub fn descriptor_checks(
+    tenant: &CompiledTenant,
+    descriptors: &[Descriptor],
+) -> Result<DescriptorPlan, InputError> {
+    let tenant_id = tenant.tenant.id.as_str();
+    let (mut rules, mut checks, mut owners) = (Vec::new(), Vec::<RuleCheck>::new(), Vec::new());
+    for descriptor in descriptors {
+        let entries: Vec<(&str, &str)> = descriptor
+            .entries
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let mut mine = Vec::new();
+        for (rule, subject) in tenant.resolve_descriptor(&entries) {
+            if let Some(subject) = &subject {
+                Subject::parse(subject).map_err(|e| InputError {
+                    field: "descriptors",
+                    message: format!(
+                        "rule {:?} limits each subject separately, and this descriptor's values make no valid subject: {}",
+                        rule.body.name, e.message
+                    ),
+                })?;
+            }
+            let check = rule_check(tenant_id, &rule, subject.as_deref(), descriptor.cost.get());
+            let index = match checks.iter().position(|c| c.key == check.key) {
+                Some(i) => {
+                    checks[i].cost = checks[i].cost.saturating_add(check.cost);
+                    i
+                }
+                None => {
+                    checks.push(check);
+                    rules.push(rule);
+                    checks.len() - 1
+                }
+            };
+            if !mine.contains(&index) {
+                mine.push(index);
+            }
+        }
+        owners.push(mine);
+    }
+    if checks.len() > MAX_RULES {
+        return Err(InputError {
+            field: "descriptors",
+            message: format!(
+                "these descriptors match {} rules; one request may match at most {MAX_RULES}",
+                checks.len()
+            ),
+        });
+    }
+    Ok((rules, checks, owners))
 }
 
 /// The rule the answer describes: on a denial the enforced rule with the longest wait (a
@@ -89,6 +160,7 @@ mod tests {
                 name: id.into(),
                 match_kind: MatchKind::All,
                 route: None,
+                descriptor: None,
                 scope,
                 algorithm: Algorithm::TokenBucket,
                 limit: 10,

@@ -27,6 +27,8 @@ pub struct CompiledTenant {
     prefixes: Vec<Arc<Rule>>,
     default: Vec<Arc<Rule>>,
     all: Vec<Arc<Rule>>,
+    /// Descriptor rules by their entry keys, in order.
+    descriptors: HashMap<Vec<String>, Vec<Arc<Rule>>>,
     /// The tenant's quota of live buckets (and request_id records); `None`: none.
     pub max_live_buckets: Option<u64>,
 }
@@ -39,6 +41,7 @@ impl CompiledTenant {
             prefixes: Vec::new(),
             default: Vec::new(),
             all: Vec::new(),
+            descriptors: HashMap::new(),
             max_live_buckets: None,
         };
         for rule in rules.into_iter().filter(|r| r.body.enabled) {
@@ -50,6 +53,16 @@ impl CompiledTenant {
                 (MatchKind::Prefix, Some(_)) => compiled.prefixes.push(rule),
                 (MatchKind::Default, _) => compiled.default.push(rule),
                 (MatchKind::All, _) => compiled.all.push(rule),
+                (MatchKind::Descriptor, _) => {
+                    let keys = rule
+                        .body
+                        .descriptor
+                        .iter()
+                        .flatten()
+                        .map(|e| e.key.clone())
+                        .collect();
+                    compiled.descriptors.entry(keys).or_default().push(rule);
+                }
                 _ => {}
             }
         }
@@ -59,6 +72,20 @@ impl CompiledTenant {
         }
         keep_oldest(&tenant, &mut compiled.default);
         keep_oldest(&tenant, &mut compiled.all);
+        for rules in compiled.descriptors.values_mut() {
+            // Each pattern (keys and values) is one match.
+            let mut by_pattern: HashMap<Vec<app::rules::DescriptorEntry>, Vec<Arc<Rule>>> =
+                HashMap::new();
+            for rule in rules.drain(..) {
+                let pattern = rule.body.descriptor.clone().unwrap_or_default();
+                by_pattern.entry(pattern).or_default().push(rule);
+            }
+            for mut same in by_pattern.into_values() {
+                keep_oldest(&tenant, &mut same);
+                rules.extend(same);
+            }
+            rules.sort_by(|a, b| order(a, b));
+        }
         // Prefix rules: the oldest few of each prefix, longest prefix first.
         let mut by_prefix: HashMap<String, Vec<Arc<Rule>>> = HashMap::new();
         for rule in compiled.prefixes.drain(..) {
@@ -122,6 +149,75 @@ impl CompiledTenant {
     }
 }
 
+impl CompiledTenant {
+    /// The rules that apply to an Envoy descriptor (its entries' keys and values, in order),
+    /// each with its subject: the descriptor rules with exactly these keys whose values match,
+    /// and of those only the most specific pattern (at the first entry where two differ, a
+    /// value beats none, as envoyproxy/ratelimit prefers `key_value` to `key`).
+    pub fn resolve_descriptor(&self, entries: &[(&str, &str)]) -> Vec<(Arc<Rule>, Option<String>)> {
+        let keys: Vec<String> = entries.iter().map(|(k, _)| (*k).to_owned()).collect();
+        let Some(rules) = self.descriptors.get(&keys) else {
+            return Vec::new();
+        };
+        let pattern = |rule: &Rule| -> Vec<bool> {
+            rule.body
+                .descriptor
+                .iter()
+                .flatten()
+                .map(|e| e.value.is_some())
+                .collect()
+        };
+        let matching: Vec<&Arc<Rule>> = rules
+            .iter()
+            .filter(|rule| {
+                rule.body
+                    .descriptor
+                    .iter()
+                    .flatten()
+                    .zip(entries)
+                    .all(|(want, (_, value))| want.value.as_deref().is_none_or(|v| v == *value))
+            })
+            .collect();
+        let Some(best) = matching.iter().map(|r| pattern(r)).max() else {
+            return Vec::new();
+        };
+        matching
+            .into_iter()
+            .filter(|rule| pattern(rule) == best)
+            .map(|rule| {
+                let subject = descriptor_subject(rule, entries);
+                (rule.clone(), subject)
+            })
+            .collect()
+    }
+}
+
+/// The subject of a descriptor rule: the values of the entries it gives no value for, joined
+/// by `|` (a `|` or `\\` in a value escaped with `\\`, so two descriptors never share a
+/// subject); `None` when every entry has a value.
+fn descriptor_subject(rule: &Rule, entries: &[(&str, &str)]) -> Option<String> {
+    let mut subject: Option<String> = None;
+    for (want, (_, value)) in rule.body.descriptor.iter().flatten().zip(entries) {
+        if want.value.is_some() {
+            continue;
+        }
+        let s = match subject.as_mut() {
+            Some(s) => {
+                s.push('|');
+                s
+            }
+            None => subject.insert(String::new()),
+        };
+        for c in value.chars() {
+            if c == '|' || c == '\\' {
+                s.push('\\');
+            }
+            s.push(c);
+        }
+    }
+    subject
+}
+
 /// Rules in the order they were stored (then by id, so the order is total).
 fn order(a: &Rule, b: &Rule) -> std::cmp::Ordering {
     (a.created_at, &a.id).cmp(&(b.created_at, &b.id))
@@ -161,6 +257,7 @@ mod tests {
                 name: name.to_owned(),
                 match_kind,
                 route: route.map(str::to_owned),
+                descriptor: None,
                 scope: Scope::Tenant,
                 algorithm: Algorithm::Gcra,
                 limit: 1,
@@ -174,6 +271,65 @@ mod tests {
             created_at: 0,
             updated_at: 0,
         }
+    }
+
+    fn descriptor_rule(name: &str, entries: &[(&str, Option<&str>)]) -> Rule {
+        let mut rule = rule(name, MatchKind::Descriptor, None);
+        rule.body.descriptor = Some(
+            entries
+                .iter()
+                .map(|(k, v)| app::rules::DescriptorEntry {
+                    key: (*k).to_owned(),
+                    value: v.map(str::to_owned),
+                })
+                .collect(),
+        );
+        rule
+    }
+
+    #[test]
+    fn a_descriptor_resolves_to_its_most_specific_rules_with_the_keyless_values_as_subject() {
+        let t = compiled(vec![
+            descriptor_rule("any-path", &[("path", None)]),
+            descriptor_rule("login", &[("path", Some("/login"))]),
+            descriptor_rule("login-2", &[("path", Some("/login"))]),
+            descriptor_rule(
+                "nested",
+                &[("svc", Some("api")), ("user", None), ("ip", None)],
+            ),
+            descriptor_rule(
+                "nested-any",
+                &[("svc", None), ("user", Some("ann")), ("ip", None)],
+            ),
+        ]);
+        let resolve = |entries: &[(&str, &str)]| -> Vec<(String, Option<String>)> {
+            t.resolve_descriptor(entries)
+                .into_iter()
+                .map(|(r, s)| (r.body.name.clone(), s))
+                .collect()
+        };
+        assert_eq!(
+            resolve(&[("path", "/login")]),
+            [("login".into(), None), ("login-2".into(), None)]
+        );
+        assert_eq!(
+            resolve(&[("path", "/x")]),
+            [("any-path".into(), Some("/x".into()))]
+        );
+        // A value at the first entry beats one at a later entry; keyless values joined by |,
+        // escaped so that no two descriptors share a subject.
+        assert_eq!(
+            resolve(&[("svc", "api"), ("user", "ann"), ("ip", "a|b")]),
+            [("nested".into(), Some("ann|a\\|b".into()))]
+        );
+        assert_eq!(
+            resolve(&[("svc", "web"), ("user", "ann"), ("ip", "1")]),
+            [("nested-any".into(), Some("web|1".into()))]
+        );
+        assert!(resolve(&[("user", "ann"), ("svc", "api"), ("ip", "1")]).is_empty());
+        assert!(resolve(&[("path", "/x"), ("more", "y")]).is_empty());
+        // Route resolution never sees descriptor rules.
+        assert!(t.resolve("path").is_empty());
     }
 
     fn names(rules: &[Arc<Rule>]) -> Vec<&str> {

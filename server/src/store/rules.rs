@@ -23,6 +23,7 @@ struct Row {
     name: String,
     match_kind: String,
     route: Option<String>,
+    descriptor: Option<String>,
     scope: String,
     algorithm: String,
     limit_count: i64,
@@ -49,6 +50,7 @@ impl TryFrom<Row> for Rule {
             "prefix" => MatchKind::Prefix,
             "default" => MatchKind::Default,
             "all" => MatchKind::All,
+            "descriptor" => MatchKind::Descriptor,
             other => return Err(corrupt("match_kind", other)),
         };
         let scope = match r.scope.as_str() {
@@ -66,6 +68,10 @@ impl TryFrom<Row> for Rule {
             .algorithm
             .parse()
             .map_err(|_| corrupt("algorithm", &r.algorithm))?;
+        let descriptor = r
+            .descriptor
+            .map(|d| serde_json::from_str(&d).map_err(|_| corrupt("descriptor", &d)))
+            .transpose()?;
         let unsigned =
             |what: &str, v: i64| u64::try_from(v).map_err(|_| corrupt(what, &v.to_string()));
         Ok(Rule {
@@ -75,6 +81,7 @@ impl TryFrom<Row> for Rule {
                 name: r.name,
                 match_kind,
                 route: r.route,
+                descriptor,
                 scope,
                 algorithm,
                 limit: unsigned("limit_count", r.limit_count)?,
@@ -93,7 +100,14 @@ impl TryFrom<Row> for Rule {
 
 const COLUMNS: &str =
     "id, tenant_id, name, match_kind, route, scope, algorithm, limit_count, period_ms, \
-                       burst, penalty, failure_mode, shadow, enabled, created_at, updated_at";
+                       burst, penalty, failure_mode, shadow, enabled, created_at, updated_at, descriptor";
+
+/// A descriptor rule's entries as the `descriptor` column holds them (JSON), or NULL.
+fn descriptor_column(body: &RuleBody) -> Option<String> {
+    body.descriptor
+        .as_ref()
+        .map(|entries| serde_json::to_string(entries).unwrap_or_default())
+}
 
 fn to_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
@@ -114,7 +128,7 @@ pub async fn insert(
         updated_at: now,
     };
     let sql = format!(
-        "INSERT INTO rules ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"
+        "INSERT INTO rules ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)"
     );
     with_exec!(exec.into(), conn => {
         sqlx::query(&sql)
@@ -122,7 +136,7 @@ pub async fn insert(
             .bind(&body.route).bind(body.scope.as_str()).bind(body.algorithm.as_str())
             .bind(to_i64(body.limit)).bind(to_i64(body.period_ms)).bind(body.burst.map(to_i64))
             .bind(body.penalty).bind(body.failure_mode.as_str()).bind(body.shadow).bind(body.enabled)
-            .bind(now).bind(now)
+            .bind(now).bind(now).bind(descriptor_column(body))
             .execute(conn)
             .await
             .map_err(conflict_as("a rule with this name"))?;
@@ -140,7 +154,7 @@ pub async fn update(
     let now = now_ms();
     let sql = "UPDATE rules SET name = $1, match_kind = $2, route = $3, scope = $4, algorithm = $5, \
                limit_count = $6, period_ms = $7, burst = $8, penalty = $9, failure_mode = $10, shadow = $11, \
-               enabled = $12, updated_at = $13 WHERE id = $14 AND tenant_id = $15";
+               enabled = $12, updated_at = $13, descriptor = $16 WHERE id = $14 AND tenant_id = $15";
     let mut exec = exec.into();
     let affected = with_exec!(exec.reborrow(), conn => {
         sqlx::query(sql)
@@ -148,6 +162,7 @@ pub async fn update(
             .bind(body.algorithm.as_str()).bind(to_i64(body.limit)).bind(to_i64(body.period_ms))
             .bind(body.burst.map(to_i64)).bind(body.penalty).bind(body.failure_mode.as_str())
             .bind(body.shadow).bind(body.enabled).bind(now).bind(id).bind(tenant_id)
+            .bind(descriptor_column(body))
             .execute(conn)
             .await
             .map_err(conflict_as("a rule with this name"))?

@@ -107,8 +107,6 @@ async fn decide(
 fn respond(rule: &Rule, decision: &Decision, allowed: bool, local: bool) -> Response {
     let never_fits = decision.verdict == Verdict::NeverFits;
     let remaining = decision.remaining.max(0.0).floor() as u64;
-    let reset = seconds_up(decision.reset_after_ms);
-    let retry = seconds_up(decision.retry_after_ms).max(1);
     let body = CheckResponse {
         allowed,
         policy: Some(rule.body.name.clone()),
@@ -126,11 +124,26 @@ fn respond(rule: &Rule, decision: &Decision, allowed: bool, local: bool) -> Resp
     };
     let mut response = (status, Json(body)).into_response();
     let headers = response.headers_mut();
-    let mut set = |name: &'static str, value: String| {
+    for (name, value) in rate_limit_headers(rule, decision, allowed) {
         if let Ok(value) = HeaderValue::from_str(&value) {
             headers.insert(name, value);
         }
-    };
+    }
+    response
+}
+
+/// The rate-limit headers of a decision, as `/v1/check` and gRPC `ShouldRateLimit` both
+/// answer them: `X-RateLimit-*`, the IETF `RateLimit-Policy` and `RateLimit`, and
+/// `Retry-After` on a denial that waiting can cure.
+pub fn rate_limit_headers(
+    rule: &Rule,
+    decision: &Decision,
+    allowed: bool,
+) -> Vec<(&'static str, String)> {
+    let never_fits = decision.verdict == Verdict::NeverFits;
+    let remaining = decision.remaining.max(0.0).floor() as u64;
+    let reset = seconds_up(decision.reset_after_ms);
+    let retry = seconds_up(decision.retry_after_ms).max(1);
     let window = seconds_up(rule.body.period_ms).max(1);
     // Time until this request could go ahead when denied; until the quota is whole otherwise.
     let t = if !allowed && !never_fits {
@@ -138,19 +151,21 @@ fn respond(rule: &Rule, decision: &Decision, allowed: bool, local: bool) -> Resp
     } else {
         reset
     };
-    set("x-ratelimit-limit", decision.limit.to_string());
-    set("x-ratelimit-remaining", remaining.to_string());
-    set("x-ratelimit-reset", reset.to_string());
-    set(
-        "ratelimit-policy",
-        format!("\"{}\";q={};w={}", rule.body.name, decision.limit, window),
-    );
-    set(
-        "ratelimit",
-        format!("\"{}\";r={};t={}", rule.body.name, remaining, t),
-    );
+    let mut headers = vec![
+        ("x-ratelimit-limit", decision.limit.to_string()),
+        ("x-ratelimit-remaining", remaining.to_string()),
+        ("x-ratelimit-reset", reset.to_string()),
+        (
+            "ratelimit-policy",
+            format!("\"{}\";q={};w={}", rule.body.name, decision.limit, window),
+        ),
+        (
+            "ratelimit",
+            format!("\"{}\";r={};t={}", rule.body.name, remaining, t),
+        ),
+    ];
     if !allowed && !never_fits {
-        set("retry-after", retry.to_string());
+        headers.push(("retry-after", retry.to_string()));
     }
-    response
+    headers
 }

@@ -2,6 +2,7 @@
 //! its own.
 //!
 //! - [`check`]: `POST /v1/check` over the decision core ([`crate::decide`]);
+//! - [`grpc`]: Envoy's rate limit service (gRPC `ShouldRateLimit`) over the same core;
 //! - [`admin_api`]: `/v1/admin/*` over the admin service ([`crate::admin`]);
 //! - [`console`]: the console's server functions (sessions, sign-in) over the same service;
 //! - [`listener`]: accepting connections, with header and idle timeouts and a cap;
@@ -23,6 +24,7 @@ pub mod client_ip;
 pub mod console;
 pub mod credentials;
 pub mod error;
+pub mod grpc;
 pub mod listener;
 pub mod live;
 pub mod openapi;

@@ -7,7 +7,9 @@ use serde_json::{json, Value};
 
 use super::check::MAX_BODY_BYTES;
 use crate::decide::input::MAX_REQUEST_ID_BYTES;
-use app::rules::{MAX_COST, MAX_LIMIT, MAX_NAME_BYTES, MAX_PERIOD_MS, MAX_ROUTE_BYTES};
+use app::rules::{
+    MAX_COST, MAX_DESCRIPTOR_ENTRIES, MAX_LIMIT, MAX_NAME_BYTES, MAX_PERIOD_MS, MAX_ROUTE_BYTES,
+};
 
 fn problem(description: &str) -> Value {
     json!({ "description": description, "content": { "application/problem+json": { "schema": { "$ref": "#/components/schemas/Problem" } } } })
@@ -257,8 +259,15 @@ fn schemas() -> Value {
         "required": ["name", "match", "scope", "algorithm", "limit", "period_ms"],
         "properties": {
             "name": name,
-            "match": { "type": "string", "enum": ["exact", "prefix", "default", "all"] },
+            "match": { "type": "string", "enum": ["exact", "prefix", "default", "all", "descriptor"],
+                "description": "exact and prefix match the check's route; default applies when no route rule matches; all applies to every check; descriptor matches an Envoy rate-limit descriptor (gRPC ShouldRateLimit), never a route." },
             "route": text,
+            "descriptor": {
+                "type": "array", "minItems": 1, "maxItems": MAX_DESCRIPTOR_ENTRIES,
+                "description": "descriptor rules only: the entry keys the descriptor has, in order; an entry with a value must be equal, and the values of the entries without one are the subject (scope subject exactly when some entry has no value).",
+                "items": { "type": "object", "additionalProperties": false, "required": ["key"],
+                    "properties": { "key": text, "value": text } }
+            },
             "scope": { "type": "string", "enum": ["tenant", "subject"] },
             "algorithm": { "type": "string", "enum": ["token_bucket", "gcra", "leaky_bucket", "fixed_window", "sliding_window", "sliding_log"] },
             "limit": { "type": "integer", "minimum": 1, "maximum": MAX_LIMIT },

@@ -44,6 +44,8 @@ pub fn browser_with(address: Option<[u8; 4]>, forwarded: Option<&str>) -> reqwes
 pub struct TestApp {
     pub address: SocketAddr,
     pub metrics_address: Option<SocketAddr>,
+    /// The gRPC rate limit service, when the config set `grpc_listen`.
+    pub grpc_address: Option<SocketAddr>,
     pub client: reqwest::Client,
     pub db: Db,
     pub dashboard: Dashboard,
@@ -167,6 +169,7 @@ pub async fn spawn_app_keeping(config: Config, data_dir: Option<tempfile::TempDi
     let app = Application::build(config).await.expect("the app builds");
     let address = app.address();
     let metrics_address = app.metrics_address();
+    let grpc_address = app.grpc_address();
     let db = app.db();
     let dashboard = app.dashboard();
     let (stop, stopped) = oneshot::channel::<()>();
@@ -176,6 +179,7 @@ pub async fn spawn_app_keeping(config: Config, data_dir: Option<tempfile::TempDi
     TestApp {
         address,
         metrics_address,
+        grpc_address,
         client: reqwest::Client::new(),
         db,
         dashboard,

@@ -17,6 +17,7 @@ mod check_api;
 mod console_admin;
 mod console_auth;
 mod dashboard;
+mod grpc;
 mod harness;
 mod health;
 mod hostile;

@@ -217,6 +217,7 @@ fn body(name: &str) -> RuleBody {
         name: name.to_owned(),
         match_kind: MatchKind::Prefix,
         route: Some("GET /users/".to_owned()),
+        descriptor: None,
         scope: Scope::Subject,
         algorithm: Algorithm::LeakyBucket,
         limit: 7,

@@ -1,0 +1,441 @@
+//! Envoy's rate limit service (gRPC `ShouldRateLimit`), driven by a client nobody here wrote:
+//! Python's `grpcio` with the protos Envoy's project generates (`xds-protos`), through
+//! `end2end/envoy/rls_client.py` (installed by `scripts/setup`).
+
+use std::path::PathBuf;
+
+use serde_json::{json, Value};
+use sluice::config::Config;
+
+use crate::helpers::{setup_tenant, spawn_app, TenantSetup, TestApp};
+use crate::services::{shared_postgres, RedisServer};
+
+/// Runs the Envoy client with `job` (targets, calls, concurrent) and returns its answers.
+async fn envoy(job: Value) -> Vec<Value> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let python = root.join("end2end/.venv/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run scripts/setup (it installs grpcio and xds-protos)",
+        python.display()
+    );
+    let mut child = tokio::process::Command::new(python)
+        .arg(root.join("end2end/envoy/rls_client.py"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the Envoy client starts");
+    let mut stdin = child.stdin.take().unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut stdin, job.to_string().as_bytes())
+        .await
+        .unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().await.unwrap();
+    assert!(
+        out.status.success(),
+        "the Envoy client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("the client prints JSON")
+}
+
+fn target(app: &TestApp) -> String {
+    app.grpc_address
+        .expect("the instance serves gRPC")
+        .to_string()
+}
+
+/// One call per element of `calls`, one after another, to `app`.
+async fn calls(app: &TestApp, calls: Vec<Value>) -> Vec<Value> {
+    envoy(json!({ "targets": [target(app)], "calls": calls })).await
+}
+
+async fn one(app: &TestApp, call: Value) -> Value {
+    calls(app, vec![call]).await.remove(0)
+}
+
+/// A call of `tenant` with `key`, for descriptors given as lists of (key, value).
+fn call(domain: &str, key: &str, descriptors: Value) -> Value {
+    json!({ "domain": domain, "metadata": { "x-api-key": key }, "descriptors": descriptors })
+}
+
+/// A descriptor rule: `entries` as (key, value or null).
+fn descriptor_rule(name: &str, entries: &[(&str, Option<&str>)], limit: u64) -> Value {
+    let descriptor: Vec<Value> = entries
+        .iter()
+        .map(|(k, v)| match v {
+            Some(v) => json!({ "key": k, "value": v }),
+            None => json!({ "key": k }),
+        })
+        .collect();
+    let per_subject = entries.iter().any(|(_, v)| v.is_none());
+    json!({
+        "name": name, "match": "descriptor", "descriptor": descriptor,
+        "scope": if per_subject { "subject" } else { "tenant" },
+        "algorithm": "fixed_window", "limit": limit, "period_ms": 60_000,
+    })
+}
+
+async fn embedded_grpc() -> (TestApp, String) {
+    let mut config = Config::embedded(tempfile::tempdir().unwrap().path().to_path_buf());
+    config.grpc_listen = Some("127.0.0.1:0".parse().unwrap());
+    let app = spawn_app(config).await;
+    let op = app.operator_key().await;
+    (app, op)
+}
+
+async fn tenant_name(app: &TestApp, op: &str, t: &TenantSetup) -> String {
+    let (status, _, tenant) = app
+        .call(
+            "GET",
+            &format!("/v1/admin/tenants/{}", t.id),
+            Some(op),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{tenant}");
+    tenant["name"].as_str().unwrap().to_owned()
+}
+
+fn codes(answers: &[Value]) -> Vec<&str> {
+    answers
+        .iter()
+        .map(|a| a["overall"].as_str().unwrap_or("-"))
+        .collect()
+}
+
+#[tokio::test]
+async fn keys_and_domains_are_checked_with_the_grpc_codes_envoy_expects() {
+    let (app, op) = embedded_grpc().await;
+    let t = setup_tenant(
+        &app,
+        &op,
+        &[descriptor_rule("per-path", &[("path", None)], 5)],
+    )
+    .await;
+    let name = tenant_name(&app, &op, &t).await;
+    let d = json!([{ "entries": [["path", "/a"]] }]);
+    let answers = calls(
+        &app,
+        vec![
+            json!({ "domain": name, "descriptors": d }),
+            call(&name, "sl_chk_not-a-real-key", d.clone()),
+            call(&name, &t.admin_key, d.clone()),
+            call("someone-else", &t.check_key, d.clone()),
+            json!({ "domain": name, "metadata": { "authorization": format!("Bearer {}", t.check_key) }, "descriptors": d }),
+            call(&t.id, &t.check_key, d.clone()),
+        ],
+    )
+    .await;
+    let grpc: Vec<&str> = answers
+        .iter()
+        .map(|a| a["grpc"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        grpc,
+        [
+            "UNAUTHENTICATED",
+            "UNAUTHENTICATED",
+            "PERMISSION_DENIED",
+            "INVALID_ARGUMENT",
+            "OK",
+            "OK"
+        ],
+        "{answers:#?}"
+    );
+    let wrong_domain = answers[3]["message"].as_str().unwrap();
+    assert!(
+        wrong_domain.contains(&format!("the key belongs to tenant {name:?}")),
+        "{wrong_domain}"
+    );
+    // A suspended tenant's key.
+    let (status, _, body) = app
+        .call(
+            "POST",
+            &format!("/v1/admin/tenants/{}/suspend", t.id),
+            Some(&op),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let answer = one(&app, call(&name, &t.check_key, d)).await;
+    assert_eq!(answer["grpc"], "PERMISSION_DENIED", "{answer}");
+}
+
+#[tokio::test]
+async fn descriptor_rules_match_by_keys_and_values_and_keyless_values_are_the_subject() {
+    let (app, op) = embedded_grpc().await;
+    let t = setup_tenant(
+        &app,
+        &op,
+        &[
+            // Each client address separately.
+            descriptor_rule("per-client", &[("remote_address", None)], 2),
+            // One path for everyone, and the rest of the paths each on its own.
+            descriptor_rule("login", &[("path", Some("/login"))], 1),
+            descriptor_rule("per-path", &[("path", None)], 3),
+            // Nested: a value, then a key without one.
+            descriptor_rule(
+                "per-user-of-api",
+                &[("service", Some("api")), ("user", None)],
+                1,
+            ),
+        ],
+    )
+    .await;
+    let name = tenant_name(&app, &op, &t).await;
+    let c = |entries: Value| call(&name, &t.check_key, json!([{ "entries": entries }]));
+    let answers = calls(
+        &app,
+        vec![
+            c(json!([["remote_address", "10.0.0.1"]])),
+            c(json!([["remote_address", "10.0.0.1"]])),
+            c(json!([["remote_address", "10.0.0.1"]])),
+            // Another address has its own bucket.
+            c(json!([["remote_address", "10.0.0.2"]])),
+            // The value rule beats the key-only one for its value, and is one bucket.
+            c(json!([["path", "/login"]])),
+            c(json!([["path", "/login"]])),
+            c(json!([["path", "/other"]])),
+            // Nested: the value must match; the user is the subject.
+            c(json!([["service", "api"], ["user", "ann"]])),
+            c(json!([["service", "api"], ["user", "ann"]])),
+            c(json!([["service", "api"], ["user", "bob"]])),
+            c(json!([["service", "web"], ["user", "ann"]])),
+            // Keys in another order, or fewer of them, match nothing.
+            c(json!([["user", "ann"], ["service", "api"]])),
+            c(json!([["service", "api"]])),
+        ],
+    )
+    .await;
+    assert_eq!(
+        codes(&answers),
+        [
+            "OK",
+            "OK",
+            "OVER_LIMIT",
+            "OK",
+            "OK",
+            "OVER_LIMIT",
+            "OK",
+            "OK",
+            "OVER_LIMIT",
+            "OK",
+            "OK",
+            "OK",
+            "OK"
+        ],
+        "{answers:#?}"
+    );
+    let limit = |i: usize| answers[i]["statuses"][0]["limit"].clone();
+    assert_eq!(limit(0)["name"], "per-client");
+    assert_eq!(limit(0)["requests_per_unit"], 2);
+    assert_eq!(limit(0)["unit"], "MINUTE");
+    assert_eq!(answers[0]["statuses"][0]["remaining"], 1);
+    assert_eq!(limit(4)["name"], "login");
+    assert_eq!(limit(6)["name"], "per-path");
+    assert_eq!(limit(7)["name"], "per-user-of-api");
+    // What no rule matches is OK with no limit.
+    for i in [10, 11, 12] {
+        assert_eq!(answers[i]["statuses"][0]["code"], "OK");
+        assert!(limit(i).is_null(), "{:#}", answers[i]);
+    }
+}
+
+#[tokio::test]
+async fn hits_addend_is_the_cost_and_a_request_is_all_or_nothing_with_a_status_per_descriptor() {
+    let (app, op) = embedded_grpc().await;
+    let t = setup_tenant(
+        &app,
+        &op,
+        &[
+            descriptor_rule("big", &[("bucket", Some("big"))], 10),
+            descriptor_rule("small", &[("bucket", Some("small"))], 3),
+        ],
+    )
+    .await;
+    let name = tenant_name(&app, &op, &t).await;
+    let big = json!({ "entries": [["bucket", "big"]] });
+    let small = json!({ "entries": [["bucket", "small"]] });
+    let with_hits = |d: &Value, hits: u64| {
+        let mut d = d.clone();
+        d["hits_addend"] = json!(hits);
+        d
+    };
+    let mut request_hits = call(&name, &t.check_key, json!([big.clone()]));
+    request_hits["hits_addend"] = json!(4);
+    let answers = calls(
+        &app,
+        vec![
+            // The request's hits_addend: big 10 -> 6.
+            request_hits,
+            // A descriptor's own: small 3 -> 1.
+            call(&name, &t.check_key, json!([with_hits(&small, 2)])),
+            // Both at once, small over: nothing is taken from big either.
+            call(
+                &name,
+                &t.check_key,
+                json!([with_hits(&big, 1), with_hits(&small, 2)]),
+            ),
+            call(&name, &t.check_key, json!([with_hits(&big, 6)])),
+            // A per-descriptor limit override is refused: the rules set the limits.
+            call(
+                &name,
+                &t.check_key,
+                json!([{ "entries": [["bucket", "big"]], "limit": 100 }]),
+            ),
+        ],
+    )
+    .await;
+    assert_eq!(
+        answers[0]["statuses"][0]["remaining"], 6,
+        "{:#}",
+        answers[0]
+    );
+    assert_eq!(
+        answers[1]["statuses"][0]["remaining"], 1,
+        "{:#}",
+        answers[1]
+    );
+    let both = &answers[2];
+    assert_eq!(both["overall"], "OVER_LIMIT", "{both:#}");
+    assert_eq!(both["statuses"][0]["code"], "OK", "{both:#}");
+    assert_eq!(both["statuses"][1]["code"], "OVER_LIMIT", "{both:#}");
+    assert_eq!(both["statuses"][1]["limit"]["name"], "small");
+    // The headers of the rule that decided, as /v1/check sends them.
+    let headers = &both["headers"];
+    assert_eq!(headers["x-ratelimit-limit"], "3", "{both:#}");
+    assert_eq!(headers["x-ratelimit-remaining"], "1", "{both:#}");
+    assert!(
+        headers["ratelimit-policy"]
+            .as_str()
+            .unwrap()
+            .starts_with("\"small\";q=3;w=60"),
+        "{both:#}"
+    );
+    assert!(
+        headers["ratelimit"]
+            .as_str()
+            .unwrap()
+            .starts_with("\"small\";r=1;t="),
+        "{both:#}"
+    );
+    assert!(
+        headers["retry-after"]
+            .as_str()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            >= 1
+    );
+    assert!(both["statuses"][1]["reset_ms"].as_u64().unwrap() > 0);
+    // Big still had 6: all six fit.
+    assert_eq!(answers[3]["overall"], "OK", "{:#}", answers[3]);
+    assert_eq!(answers[3]["statuses"][0]["remaining"], 0);
+    assert_eq!(answers[4]["grpc"], "INVALID_ARGUMENT", "{:#}", answers[4]);
+    assert!(
+        answers[4]["message"].as_str().unwrap().contains("override"),
+        "{:#}",
+        answers[4]
+    );
+    // Counted like any check on /metrics: the one denial, by the rule that decided it.
+    assert_eq!(
+        app.metric("sluice_decisions_total{outcome=\"denied\",policy=\"small\"}")
+            .await,
+        1.0
+    );
+}
+
+#[tokio::test]
+async fn shadow_rules_report_but_never_deny() {
+    let (app, op) = embedded_grpc().await;
+    let mut shadow = descriptor_rule("trial", &[("plan", Some("free"))], 1);
+    shadow["shadow"] = json!(true);
+    let t = setup_tenant(&app, &op, &[shadow]).await;
+    let name = tenant_name(&app, &op, &t).await;
+    let c = call(
+        &name,
+        &t.check_key,
+        json!([{ "entries": [["plan", "free"]] }]),
+    );
+    let answers = calls(&app, vec![c.clone(), c.clone(), c]).await;
+    assert_eq!(codes(&answers), ["OK", "OK", "OK"], "{answers:#?}");
+    assert_eq!(
+        app.metric("sluice_shadow_would_deny_total{policy=\"trial\"}")
+            .await,
+        2.0
+    );
+}
+
+#[tokio::test]
+async fn when_redis_cannot_decide_closed_rules_are_unavailable_and_open_rules_ok() {
+    let mut redis = RedisServer::start();
+    let mut config = Config::embedded(tempfile::tempdir().unwrap().path().to_path_buf());
+    config.database_url = Some(shared_postgres().fresh_database().await);
+    config.redis_url = Some(redis.url());
+    config.redis_timeout_ms = 200;
+    config.grpc_listen = Some("127.0.0.1:0".parse().unwrap());
+    let app = spawn_app(config).await;
+    let op = app.operator_key().await;
+    let mut open = descriptor_rule("open", &[("tier", Some("open"))], 100);
+    open["failure_mode"] = json!("open");
+    let closed = descriptor_rule("closed", &[("tier", Some("closed"))], 100);
+    let t = setup_tenant(&app, &op, &[open, closed]).await;
+    let name = tenant_name(&app, &op, &t).await;
+    let tier = |v: &str| call(&name, &t.check_key, json!([{ "entries": [["tier", v]] }]));
+    let before = calls(&app, vec![tier("open"), tier("closed")]).await;
+    assert_eq!(codes(&before), ["OK", "OK"], "{before:#?}");
+    redis.stop();
+    let during = calls(&app, vec![tier("open"), tier("closed")]).await;
+    assert_eq!(during[0]["grpc"], "OK", "{:#}", during[0]);
+    assert_eq!(during[0]["overall"], "OK", "{:#}", during[0]);
+    assert_eq!(during[1]["grpc"], "UNAVAILABLE", "{:#}", during[1]);
+    assert!(
+        during[1]["message"]
+            .as_str()
+            .unwrap()
+            .contains("fails closed"),
+        "{:#}",
+        during[1]
+    );
+}
+
+#[tokio::test]
+async fn five_hundred_concurrent_calls_over_three_instances_admit_exactly_the_limit() {
+    let redis = RedisServer::start();
+    let database = shared_postgres().fresh_database().await;
+    let mut instances = Vec::new();
+    for _ in 0..3 {
+        let mut config = Config::embedded(tempfile::tempdir().unwrap().path().to_path_buf());
+        config.database_url = Some(database.clone());
+        config.redis_url = Some(redis.url());
+        config.grpc_listen = Some("127.0.0.1:0".parse().unwrap());
+        instances.push(spawn_app(config).await);
+    }
+    let op = instances[0].operator_key().await;
+    let t = setup_tenant(
+        &instances[0],
+        &op,
+        &[descriptor_rule("shared", &[("api", Some("search"))], 100)],
+    )
+    .await;
+    let name = tenant_name(&instances[0], &op, &t).await;
+    let c = call(
+        &name,
+        &t.check_key,
+        json!([{ "entries": [["api", "search"]] }]),
+    );
+    let answers = envoy(json!({
+        "targets": instances.iter().map(target).collect::<Vec<_>>(),
+        "concurrent": true,
+        "calls": vec![c; 500],
+    }))
+    .await;
+    let ok = answers.iter().filter(|a| a["overall"] == "OK").count();
+    let over = answers
+        .iter()
+        .filter(|a| a["overall"] == "OVER_LIMIT")
+        .count();
+    assert_eq!((ok, over), (100, 400), "{:#?}", &answers[..3]);
+}
