@@ -926,11 +926,17 @@ async fn with_postgres_down_cached_keys_keep_deciding_and_unknown_keys_get_503()
 async fn three_instances_admit_exactly_100_of_600_concurrent_checks() {
     let redis = RedisServer::start();
     let database = shared_postgres().fresh_database().await;
-    let instances = [
-        distributed(&database, &redis.url()).await,
-        distributed(&database, &redis.url()).await,
-        distributed(&database, &redis.url()).await,
-    ];
+    // Exactness is what this test measures. On a loaded two-core machine 600 calls in
+    // one burst can wait longer than the default 250 ms Redis deadline, and a call that
+    // misses it is answered 503 (fail closed), which is right but not what is counted here.
+    let patient = || async {
+        let mut config = Config::embedded(tempfile::tempdir().unwrap().path().to_path_buf());
+        config.database_url = Some(database.clone());
+        config.redis_url = Some(redis.url());
+        config.redis_timeout_ms = 10_000;
+        spawn_app(config).await
+    };
+    let instances = [patient().await, patient().await, patient().await];
     let op = instances[0].operator_key().await;
     let t = setup_tenant(
         &instances[0],
@@ -962,8 +968,12 @@ async fn three_instances_admit_exactly_100_of_600_concurrent_checks() {
         .into_iter()
         .map(Result::unwrap)
         .collect();
-    assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 100);
-    assert_eq!(statuses.iter().filter(|s| **s == 429).count(), 500);
+    let count = |code: u16| statuses.iter().filter(|s| **s == code).count();
+    assert_eq!(
+        (count(200), count(429)),
+        (100, 500),
+        "every call is allowed or denied, and exactly 100 are allowed: {statuses:?}"
+    );
 }
 
 #[tokio::test]
