@@ -3,6 +3,7 @@
 // isolation (UI and direct server-function calls), and suspension with its audit trail.
 import { createHash, randomBytes } from 'node:crypto';
 import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test, expect, signIn, waitForHydration } from './fixtures';
 import type { APIRequestContext, Page, Request } from '@playwright/test';
@@ -294,6 +295,7 @@ test('tenant isolation: a tenant admin sees and changes nothing of another tenan
     ['keys/revoke', { tenant: a.id, key: keyId }],
     ['audit/list', { tenant: b.id, filter: {} }],
     ['simulate', { tenant: b.id, input: { route: 'GET /' } }],
+    ['rules/import_envoy', { tenant: b.id, yaml: 'domain: x\ndescriptors: []\n', apply: true }],
   ];
   for (const [endpoint, args] of attempts) {
     const [ok, body] = await serverFn(page, endpoint, args);
@@ -358,4 +360,57 @@ test('the operator suspends a tenant: its keys get 403 and the audit log says wh
   await row.getByTestId('resume-confirm').click();
   await expect(row.getByTestId('tenant-status')).toHaveText('active');
   expect(await check(request, key, 'GET /')).toBe(200);
+});
+
+test('an envoyproxy/ratelimit configuration is previewed, then applied as descriptor rules', async ({
+  page, browserErrors, saveScreenshot,
+}) => {
+  void browserErrors;
+  await signIn(page, OPERATOR, OPERATOR_PASSWORD);
+  const t = await tenantWithAdmin(page, unique('edge'));
+  await signOut(page);
+  await signIn(page, t.email, ADMIN_PASSWORD);
+  await expect(page).toHaveURL(new RegExp(`/tenants/${t.id}/rules$`));
+  await waitForHydration(page);
+  const example = readFileSync(join(__dirname, '..', '..', 'docs', 'examples', 'envoy-ratelimit.yaml'), 'utf8');
+
+  // Apply stays off until a preview of the very text in the box.
+  await expect(page.getByTestId('import-apply')).toBeDisabled();
+  await page.getByLabel('Configuration (YAML)').fill(example);
+  await page.getByTestId('import-preview').click();
+  await expect(page.getByTestId('import-plan')).toContainText('4 to create, 0 to update, 0 to delete, 0 unchanged');
+  const changes = page.getByTestId('import-changes');
+  await expect(changes.locator('tr[data-name="login"]')).toContainText('path=/login');
+  await expect(changes.locator('tr[data-name="envoy.path_/login.user"]')).toContainText('path=/login, user');
+  await expect(changes.locator('tr[data-name="envoy.path_/search"]')).toContainText('(shadow)');
+  await expect(page.getByTestId('import-notes')).toContainText('path=/health: unlimited');
+  // A preview changes nothing.
+  await expect(page.getByTestId('no-rules')).toBeVisible();
+  await saveScreenshot('rules-import-preview');
+
+  await page.getByTestId('import-apply').click();
+  await expect(page.getByTestId('import-applied')).toContainText('Applied: 4 to create');
+  for (const name of ['login', 'envoy.remote_address', 'envoy.path_/login.user', 'envoy.path_/search']) {
+    await expect(page.locator(`[data-testid="rules-table"] tr[data-name="${name}"]`)).toBeVisible();
+  }
+  await expect(page.locator('[data-testid="rules-table"] tr[data-name="login"]')).toContainText('path=/login');
+
+  // An edited text must be previewed again before it can be applied.
+  await page.getByLabel('Configuration (YAML)').fill(example.replace('requests_per_unit: 3', 'requests_per_unit: 5'));
+  await expect(page.getByTestId('import-apply')).toBeDisabled();
+  await page.getByTestId('import-preview').click();
+  await expect(page.getByTestId('import-plan')).toContainText('0 to create, 1 to update, 0 to delete, 3 unchanged');
+  await expect(page.getByTestId('import-changes').locator('tr[data-name="envoy.remote_address"]')).toContainText('update');
+
+  // What is not a configuration is refused, saying where (called directly: the page would
+  // log the refusal as a browser error).
+  const [ok, body] = await serverFn(page, 'rules/import_envoy', {
+    tenant: t.id, yaml: 'domain: edge\ndescriptors:\n  - key: k\n    rate_limit: { unit: fortnight, requests_per_unit: 1 }\n', apply: true,
+  });
+  expect(ok).toBe(false);
+  expect(body).toContain('unknown unit');
+  const [, rules] = await serverFn(page, 'rules/list', { tenant: t.id });
+  expect(JSON.parse(rules).map((r: { name: string }) => r.name).sort()).toEqual(
+    ['envoy.path_/login.user', 'envoy.path_/search', 'envoy.remote_address', 'login'],
+  );
 });

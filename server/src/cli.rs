@@ -44,6 +44,27 @@ pub enum Command {
     /// Manage console users from the server host.
     #[command(subcommand)]
     User(UserCommand),
+    /// Import another rate limiter's configuration as a tenant's rules.
+    #[command(subcommand)]
+    Import(ImportCommand),
+}
+
+/// `sluice import …`
+#[derive(Debug, Subcommand)]
+pub enum ImportCommand {
+    /// Read an envoyproxy/ratelimit configuration (YAML) as the tenant's descriptor rules:
+    /// print the rules it would create, update and delete, and what it cannot express; with
+    /// --apply, make those changes in one transaction.
+    EnvoyRatelimit {
+        /// The configuration file.
+        file: std::path::PathBuf,
+        /// The tenant's id.
+        #[arg(long)]
+        tenant: String,
+        /// Make the changes (without it, only print them).
+        #[arg(long)]
+        apply: bool,
+    },
 }
 
 /// `sluice user …`
@@ -161,6 +182,22 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             );
             Ok(())
         }
+        Command::Import(ImportCommand::EnvoyRatelimit {
+            file,
+            tenant,
+            apply,
+        }) => {
+            let text = std::fs::read_to_string(&file)
+                .with_context(|| format!("cannot read {}", file.display()))?;
+            let translation = crate::admin::import::translate(&text)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+            let admin = offline_service(&cli.config).await?;
+            let plan = admin
+                .import_descriptor_rules(&Actor::Cli, &tenant, &translation.rules, apply)
+                .await?;
+            print_import(&translation, &plan);
+            Ok(())
+        }
         Command::Migrate => {
             let db = Db::connect(&cli.config.database_url()).await?;
             db.migrate().await?;
@@ -267,6 +304,55 @@ pub async fn revoke_key(admin: &AdminService, id: &str) -> anyhow::Result<KeyInf
         Some(tenant) => admin.revoke_key(&Actor::Cli, tenant, id).await?,
         None => admin.revoke_operator_key(&Actor::Cli, id).await?,
     })
+}
+
+/// Prints what an import found and did, for people.
+#[allow(clippy::print_stdout)]
+fn print_import(t: &crate::admin::import::Translation, plan: &crate::admin::import::ImportPlan) {
+    let show = |r: &app::rules::RuleBody| {
+        let entries: Vec<String> = r
+            .descriptor
+            .iter()
+            .flatten()
+            .map(app::rules::DescriptorEntry::show)
+            .collect();
+        format!(
+            "{}  [{}]  {} per {} ms{}",
+            r.name,
+            entries.join(", "),
+            r.limit,
+            r.period_ms,
+            if r.shadow { "  (shadow)" } else { "" }
+        )
+    };
+    println!(
+        "domain {:?}: send it as the gRPC request's domain only if it is the tenant's name or id",
+        t.domain
+    );
+    for note in &t.notes {
+        println!("not imported: {note}");
+    }
+    for r in &plan.create {
+        println!("create  {}", show(r));
+    }
+    for (_, r) in &plan.update {
+        println!("update  {}", show(r));
+    }
+    for (_, name) in &plan.delete {
+        println!("delete  {name}");
+    }
+    println!(
+        "{} to create, {} to update, {} to delete, {} unchanged: {}",
+        plan.create.len(),
+        plan.update.len(),
+        plan.delete.len(),
+        plan.unchanged,
+        if plan.applied {
+            "applied"
+        } else {
+            "nothing changed yet; run again with --apply to make these changes"
+        }
+    );
 }
 
 /// Prints keys as a table, for people.

@@ -36,6 +36,26 @@ pub struct RuleInfo {
     pub updated_at: i64,
 }
 
+/// What importing an envoyproxy/ratelimit configuration does, or would do, to a tenant's
+/// descriptor rules (matched by name; route rules are never touched).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImportPreview {
+    /// The configuration's own `domain` (the gRPC request sends the tenant's name or id).
+    pub domain: String,
+    pub create: Vec<RuleBody>,
+    pub update: Vec<RuleBody>,
+    /// The names of the descriptor rules the configuration no longer has.
+    pub delete: Vec<String>,
+    pub unchanged: usize,
+    /// What the configuration says that rules cannot express, one line each.
+    pub notes: Vec<String>,
+    /// Whether the changes were made.
+    pub applied: bool,
+}
+
+/// The largest configuration the import reads.
+pub const MAX_IMPORT_BYTES: usize = 256 * 1024;
+
 /// What this feature's server functions need from the server (which implements it). Acting
 /// calls act as the session's user: an operator on any tenant, a tenant admin on their own
 /// tenant only (any other tenant is `NotFound`); without a session they are `Unauthorized`.
@@ -50,6 +70,14 @@ pub trait RulesPort: Send + Sync + 'static {
         body: RuleBody,
     ) -> Result<RuleInfo, AppError>;
     async fn delete_rule(&self, tenant: &str, id: &str) -> Result<(), AppError>;
+    /// Reads an envoyproxy/ratelimit configuration as the tenant's descriptor rules and says
+    /// what it would change; with `apply`, makes those changes in one transaction.
+    async fn import_envoy(
+        &self,
+        tenant: &str,
+        yaml: &str,
+        apply: bool,
+    ) -> Result<ImportPreview, AppError>;
 }
 
 /// A tenant's rules.
@@ -77,6 +105,18 @@ pub async fn save_rule(
 pub async fn delete_rule(tenant: String, id: String) -> Result<(), AppError> {
     crate::context::port::<dyn RulesPort>()?
         .delete_rule(&tenant, &id)
+        .await
+}
+
+/// Previews (`apply: false`) or applies an envoyproxy/ratelimit configuration.
+#[server(prefix = "/api", endpoint = "rules/import_envoy", input = Json)]
+pub async fn import_envoy(
+    tenant: String,
+    yaml: String,
+    apply: bool,
+) -> Result<ImportPreview, AppError> {
+    crate::context::port::<dyn RulesPort>()?
+        .import_envoy(&tenant, &yaml, apply)
         .await
 }
 

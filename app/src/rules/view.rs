@@ -7,8 +7,8 @@ use leptos::prelude::*;
 
 use super::preview::{self, Shape, Traffic};
 use super::{
-    Algorithm, DeleteRule, DescriptorEntry, FailureMode, FieldError, MatchKind, RuleBody, RuleInfo,
-    SaveRule, Scope,
+    Algorithm, DeleteRule, DescriptorEntry, FailureMode, FieldError, ImportEnvoy, ImportPreview,
+    MatchKind, RuleBody, RuleInfo, SaveRule, Scope, MAX_IMPORT_BYTES,
 };
 use crate::tenants::view::TenantTabs;
 use crate::ui::{use_tenant, ConfirmButton, ErrorNote};
@@ -245,6 +245,7 @@ pub fn RulesPage() -> impl IntoView {
     // The list's own switches: saving one must not reset a form being filled in.
     let toggle = ServerAction::<SaveRule>::new();
     let delete = ServerAction::<DeleteRule>::new();
+    let import = ServerAction::<ImportEnvoy>::new();
     let rules = Resource::new(
         move || {
             (
@@ -252,6 +253,7 @@ pub fn RulesPage() -> impl IntoView {
                 save.version().get(),
                 toggle.version().get(),
                 delete.version().get(),
+                import.version().get(),
             )
         },
         |(t, ..)| super::list_rules(t),
@@ -287,6 +289,115 @@ pub fn RulesPage() -> impl IntoView {
             {move || toggle.value().get().and_then(Result::err).map(|e| view! { <ErrorNote error=e/> })}
         </section>
         <RuleEditor tenant=tenant save=save form=form/>
+        <EnvoyImport tenant=tenant import=import/>
+    }
+}
+
+/// Importing an envoyproxy/ratelimit configuration: paste it, see what it would change, then
+/// apply exactly what was previewed.
+#[component]
+fn EnvoyImport(tenant: Memo<String>, import: ServerAction<ImportEnvoy>) -> impl IntoView {
+    let yaml = RwSignal::new(String::new());
+    // The text the shown preview is of: Apply sends that, and only while it is still the
+    // text in the box.
+    let previewed = RwSignal::new(None::<String>);
+    let too_long = move || yaml.with(|y| y.len() > MAX_IMPORT_BYTES);
+    let send = move |apply: bool| {
+        let text = yaml.get_untracked();
+        previewed.set(Some(text.clone()));
+        import.dispatch(ImportEnvoy {
+            tenant: tenant.get_untracked(),
+            yaml: text,
+            apply,
+        });
+    };
+    let can_apply = move || {
+        !import.pending().get()
+            && matches!(import.value().get(), Some(Ok(ref p)) if !p.applied)
+            && previewed.with(|p| p.as_deref() == Some(yaml.get().as_str()))
+    };
+    view! {
+        <section class="card" aria-labelledby="import-title">
+            <h2 id="import-title">"Import from envoyproxy/ratelimit"</h2>
+            <p class="muted">"Paste a configuration of Envoy's rate limit service: each descriptor with a limit becomes a descriptor rule (for the gRPC API). Preview first; Apply makes the previewed changes in one step. Route rules are never touched."</p>
+            <label for="import-yaml">"Configuration (YAML)"</label>
+            <textarea id="import-yaml" rows="12" spellcheck="false" prop:value=yaml
+                on:input=move |ev| yaml.set(event_target_value(&ev))></textarea>
+            <Show when=too_long>
+                <p class="field-error" data-testid="import-too-long">{format!("At most {} KiB is read.", MAX_IMPORT_BYTES / 1024)}</p>
+            </Show>
+            <p class="actions">
+                <button type="button" data-testid="import-preview"
+                    disabled=move || import.pending().get() || too_long() || yaml.with(|y| y.trim().is_empty())
+                    on:click=move |_| send(false)>"Preview"</button>
+                <button type="button" data-testid="import-apply" disabled=move || !can_apply()
+                    on:click=move |_| send(true)>"Apply"</button>
+            </p>
+            {move || import.value().get().map(|r| match r {
+                Ok(preview) => view! { <ImportResult preview=preview/> }.into_any(),
+                Err(e) => view! { <ErrorNote error=e/> }.into_any(),
+            })}
+        </section>
+    }
+}
+
+/// What an import would do, or did.
+#[component]
+fn ImportResult(preview: ImportPreview) -> impl IntoView {
+    let summary = format!(
+        "{} to create, {} to update, {} to delete, {} unchanged",
+        preview.create.len(),
+        preview.update.len(),
+        preview.delete.len(),
+        preview.unchanged
+    );
+    let rows = |verb: &'static str, rules: Vec<RuleBody>| {
+        rules
+            .into_iter()
+            .map(move |r| {
+                let entries = show_entries(r.descriptor.as_deref().unwrap_or_default());
+                let rate = describe_rate(r.limit, r.period_ms);
+                let name = r.name.clone();
+                view! {
+                    <tr data-name=name>
+                        <td>{verb}</td><td>{r.name}</td><td>{entries}</td>
+                        <td>{rate}{if r.shadow { " (shadow)" } else { "" }}</td>
+                    </tr>
+                }
+            })
+            .collect_view()
+    };
+    let deletes = preview
+        .delete
+        .into_iter()
+        .map(|name| {
+            let shown = name.clone();
+            view! { <tr data-name=name><td>"delete"</td><td>{shown}</td><td></td><td></td></tr> }
+        })
+        .collect_view();
+    view! {
+        <div data-testid="import-result">
+            {if preview.applied {
+                view! { <p class="ok" role="status" data-testid="import-applied">"Applied: " {summary}"."</p> }.into_any()
+            } else {
+                view! { <p role="status" data-testid="import-plan">"Preview: " {summary}". Nothing has changed yet."</p> }.into_any()
+            }}
+            <p class="muted">"Envoy must send this tenant's name or id as the domain (the file says " <code>{preview.domain}</code> ")."</p>
+            <table class="grid" data-testid="import-changes">
+                <thead><tr><th scope="col">"Change"</th><th scope="col">"Rule"</th><th scope="col">"Descriptor"</th><th scope="col">"Limit"</th></tr></thead>
+                <tbody>
+                    {rows("create", preview.create)}
+                    {rows("update", preview.update)}
+                    {deletes}
+                </tbody>
+            </table>
+            <Show when={let empty = preview.notes.is_empty(); move || !empty}>
+                <h3>"Not imported"</h3>
+            </Show>
+            <ul data-testid="import-notes">
+                {preview.notes.into_iter().map(|n| view! { <li>{n}</li> }).collect_view()}
+            </ul>
+        </div>
     }
 }
 

@@ -10,6 +10,7 @@
 
 pub mod audit;
 pub mod dto;
+pub mod import;
 pub mod keys;
 pub mod quotas;
 pub mod rules;

@@ -10,7 +10,9 @@ use app::audit::{AuditEntry, AuditFilter, AuditPort};
 use app::auth::{AuthPort, Role, SignedInUser};
 use app::dashboard::{DashboardPort, Range};
 use app::keys::{sha256_hex, KeyInfo, KeyKind, KeysPort};
-use app::rules::{Algorithm, FailureMode, MatchKind, RuleBody, RuleInfo, RulesPort, Scope};
+use app::rules::{
+    Algorithm, FailureMode, ImportPreview, MatchKind, RuleBody, RuleInfo, RulesPort, Scope,
+};
 use app::simulate::{SimulateInput, SimulatePort, Simulation};
 use app::status::{Status, StatusPort};
 use app::tenants::{TenantInfo, TenantStatus, TenantsPort};
@@ -424,6 +426,30 @@ impl RulesPort for ConsoleService {
             .delete_rule(&actor, tenant, id)
             .await
             .map_err(service_error)
+    }
+
+    async fn import_envoy(
+        &self,
+        tenant: &str,
+        yaml: &str,
+        apply: bool,
+    ) -> Result<ImportPreview, AppError> {
+        let actor = self.actor().await?;
+        let translation = crate::admin::import::translate(yaml).map_err(AppError::Invalid)?;
+        let plan = self
+            .admin
+            .import_descriptor_rules(&actor, tenant, &translation.rules, apply)
+            .await
+            .map_err(service_error)?;
+        Ok(ImportPreview {
+            domain: translation.domain,
+            create: plan.create,
+            update: plan.update.into_iter().map(|(_, body)| body).collect(),
+            delete: plan.delete.into_iter().map(|(_, name)| name).collect(),
+            unchanged: plan.unchanged,
+            notes: translation.notes,
+            applied: plan.applied,
+        })
     }
 }
 

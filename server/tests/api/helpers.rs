@@ -268,3 +268,20 @@ pub fn rule(
     }
     rule
 }
+
+/// Runs the `sluice` binary with `args` against the store and Redis in `env`; returns stdout.
+pub fn sluice(env: &[(&str, String)], args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .args(args)
+        .output()
+        .expect("the sluice binary runs");
+    assert!(
+        out.status.success(),
+        "sluice {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}

@@ -5,7 +5,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::helpers::browser;
+use crate::helpers::{browser, sluice};
 
 /// Starts the binary; returns it, its URL and everything it printed up to "Stop with Ctrl-C.".
 fn start_binary(data_dir: &std::path::Path) -> (std::process::Child, String, Vec<String>) {
@@ -114,23 +114,6 @@ async fn graceful_shutdown_ends_the_serve_loop() {
     assert!(reqwest::get(format!("http://{address}/healthz"))
         .await
         .is_err());
-}
-
-/// Runs the `sluice` binary with `args` against the store and Redis in `env`; returns stdout.
-fn sluice(env: &[(&str, String)], args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-        .args(args)
-        .output()
-        .expect("the sluice binary runs");
-    assert!(
-        out.status.success(),
-        "sluice {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
 }
 
 /// Polls until `key` gets `status` from `/v1/admin/tenants`; returns how long that took.
