@@ -1,7 +1,8 @@
 //! `/healthz`, `/readyz`, `/metrics`, the console page and its server function, in each mode.
 
-use crate::helpers::{embedded_config, spawn_app, spawn_embedded};
+use crate::helpers::{embedded_config, rule, setup_tenant, spawn_app, spawn_embedded};
 use crate::services::{shared_postgres, RedisCluster, RedisServer};
+use serde_json::json;
 use sluice::config::Config;
 
 /// Polls `/readyz` for up to 5 s until it answers 200 again.
@@ -265,4 +266,159 @@ async fn metrics_can_have_their_own_listener() {
     assert_eq!(main.status(), 404);
     assert!(!main.text().await.unwrap().contains("sluice_build_info"));
     drop(dir);
+}
+
+/// The metric names in a PromQL expression (`sluice_…`), in order of appearance.
+fn metric_names(expr: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut rest = expr;
+    while let Some(at) = rest.find("sluice_") {
+        let name: String = rest[at..]
+            .chars()
+            .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+            .collect();
+        rest = &rest[at + name.len()..];
+        names.push(name);
+    }
+    names
+}
+
+/// The label names an expression groups by (`by (a, b)`) or selects on (`{a="…"}`).
+fn label_names(expr: &str) -> Vec<String> {
+    let mut labels = Vec::new();
+    for (open, close) in [("by (", ')'), ("{", '}')] {
+        let mut rest = expr;
+        while let Some(at) = rest.find(open) {
+            let inside = &rest[at + open.len()..];
+            let end = inside.find(close).expect("balanced");
+            for part in inside[..end].split(',') {
+                let label = part.split(['=', '!', '~']).next().unwrap().trim();
+                if !label.is_empty() {
+                    labels.push(label.to_owned());
+                }
+            }
+            rest = &inside[end..];
+        }
+    }
+    labels
+}
+
+#[tokio::test]
+async fn the_grafana_dashboard_queries_only_metrics_and_labels_an_instance_exports() {
+    let mut redis = RedisServer::start();
+    let mut config = Config::embedded(tempfile::tempdir().unwrap().path().to_path_buf());
+    config.database_url = Some(shared_postgres().fresh_database().await);
+    config.redis_url = Some(redis.url());
+    let app = spawn_app(config).await;
+    let op = app.operator_key().await;
+    let with = |name: &str, field: &str, value: serde_json::Value| {
+        let route = format!("GET /{name}");
+        let mut r = rule(name, "exact", Some(route.as_str()), "gcra", 1, 60_000);
+        r[field] = value;
+        r
+    };
+    let t = setup_tenant(
+        &app,
+        &op,
+        &[
+            rule("limited", "exact", Some("GET /limited"), "gcra", 1, 60_000),
+            with("shadow", "shadow", json!(true)),
+            with("open", "failure_mode", json!("open")),
+            with("closed", "failure_mode", json!("closed")),
+            with("local", "failure_mode", json!("local")),
+        ],
+    )
+    .await;
+    // Every series the dashboard draws: allowed, denied, no rule, a shadow's would-deny ...
+    for route in [
+        "GET /limited",
+        "GET /limited",
+        "GET /shadow",
+        "GET /shadow",
+        "GET /none",
+    ] {
+        app.check(&t.check_key, json!({ "route": route })).await;
+    }
+    // ... and each failure mode, then the breaker opening and answering.
+    redis.stop();
+    for route in ["GET /open", "GET /closed", "GET /local"] {
+        app.check(&t.check_key, json!({ "route": route })).await;
+    }
+    let mut calls = 0;
+    while app.metric("sluice_redis_breaker_refused_total").await == 0.0 {
+        calls += 1;
+        assert!(calls <= 20, "the breaker opens after a run of failures");
+        app.check(&t.check_key, json!({ "route": "GET /open" }))
+            .await;
+    }
+
+    let text = app.get("/metrics").await.text().await.unwrap();
+    // name → (type, the label names of its series)
+    let mut exported: std::collections::HashMap<
+        String,
+        (String, std::collections::HashSet<String>),
+    > = std::collections::HashMap::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap();
+            exported.insert(name.to_owned(), (kind.to_owned(), Default::default()));
+        }
+    }
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let series = line.split(' ').next().unwrap();
+        let name = series.split('{').next().unwrap();
+        let base = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s).filter(|b| exported.contains_key(*b)))
+            .unwrap_or(name);
+        if let Some((_, labels)) = exported.get_mut(base) {
+            labels.extend(label_names(series));
+        }
+    }
+
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../docs/examples/grafana-dashboard.json");
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut used = std::collections::BTreeSet::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().unwrap() {
+            let expr = target["expr"].as_str().unwrap();
+            let mut labels = std::collections::HashSet::new();
+            for name in metric_names(expr) {
+                let histogram = name
+                    .strip_suffix("_bucket")
+                    .filter(|b| exported.get(*b).is_some_and(|(k, _)| k == "histogram"));
+                let base = histogram.unwrap_or(&name);
+                let (_, have) = exported.get(base).unwrap_or_else(|| {
+                    panic!(
+                        "{:?} uses {name}, which /metrics does not export",
+                        panel["title"]
+                    )
+                });
+                labels.extend(have.iter().cloned());
+                if histogram.is_some() {
+                    labels.insert("le".to_owned());
+                }
+                used.insert(base.to_owned());
+            }
+            for label in label_names(expr) {
+                assert!(
+                    labels.contains(&label),
+                    "{:?} groups or selects by {label}, which none of its metrics has: {expr}",
+                    panel["title"]
+                );
+            }
+        }
+    }
+    // The dashboard covers what an operator watches, not a handful of metrics.
+    for name in [
+        "sluice_decisions_total",
+        "sluice_limiter_seconds",
+        "sluice_fail_closed_total",
+        "sluice_redis_breaker_open",
+        "sluice_active_keys",
+    ] {
+        assert!(used.contains(name), "the dashboard draws {name}: {used:?}");
+    }
 }
