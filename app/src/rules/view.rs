@@ -321,7 +321,7 @@ fn EnvoyImport(tenant: Memo<String>, import: ServerAction<ImportEnvoy>) -> impl 
             <h2 id="import-title">"Import from envoyproxy/ratelimit"</h2>
             <p class="muted">"Paste a configuration of Envoy's rate limit service: each descriptor with a limit becomes a descriptor rule (for the gRPC API). Preview first; Apply makes the previewed changes in one step. Route rules are never touched."</p>
             <label for="import-yaml">"Configuration (YAML)"</label>
-            <textarea id="import-yaml" rows="12" spellcheck="false" prop:value=yaml
+            <textarea id="import-yaml" class="config" rows="14" spellcheck="false" prop:value=yaml
                 on:input=move |ev| yaml.set(event_target_value(&ev))></textarea>
             <Show when=too_long>
                 <p class="field-error" data-testid="import-too-long">{format!("At most {} KiB is read.", MAX_IMPORT_BYTES / 1024)}</p>
