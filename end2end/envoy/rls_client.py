@@ -11,7 +11,9 @@ Reads one JSON object on stdin and prints the answers as JSON on stdout:
                 "hits_addend": 0,           # the request's, optional
                 "descriptors": [{"entries": [["remote_address", "10.0.0.1"]],
                                  "hits_addend": 2,          # optional, the descriptor's own
-                                 "limit": 5}]}]}            # optional, an override
+                                 "limit": 5}]}]}            # optional, an override: 5 a
+                                                            # second, or {"requests_per_unit":
+                                                            # 5, "unit": "MINUTE"}
 
 Each answer is {"grpc": "OK" | a status code name, "message": ...} and, for OK,
 "overall", "statuses" and "headers". The Rust tests (server/tests/api/grpc.rs) start the
@@ -25,6 +27,7 @@ import grpc
 from google.protobuf import wrappers_pb2
 from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
 from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
+from envoy.type.v3 import ratelimit_unit_pb2
 
 Response = rls_pb2.RateLimitResponse
 
@@ -40,8 +43,12 @@ def request(call):
         if "hits_addend" in d:
             fields["hits_addend"] = wrappers_pb2.UInt64Value(value=d["hits_addend"])
         if "limit" in d:
+            limit = d["limit"]
+            if not isinstance(limit, dict):
+                limit = {"requests_per_unit": limit, "unit": "SECOND"}
             fields["limit"] = ratelimit_pb2.RateLimitDescriptor.RateLimitOverride(
-                requests_per_unit=d["limit"], unit=1
+                requests_per_unit=limit["requests_per_unit"],
+                unit=ratelimit_unit_pb2.RateLimitUnit.Value(limit["unit"]),
             )
         descriptors.append(ratelimit_pb2.RateLimitDescriptor(**fields))
     return rls_pb2.RateLimitRequest(

@@ -394,6 +394,11 @@ test('an envoyproxy/ratelimit configuration is previewed, then applied as descri
     await expect(page.locator(`[data-testid="rules-table"] tr[data-name="${name}"]`)).toBeVisible();
   }
   await expect(page.locator('[data-testid="rules-table"] tr[data-name="login"]')).toContainText('path=/login');
+  // Imported rules take a limit from the request, as envoyproxy/ratelimit does; the form shows it.
+  await page.locator('[data-testid="rules-table"] tr[data-name="login"]').getByRole('button', { name: 'Edit' }).click();
+  await expect(page.getByLabel('Name', { exact: true })).toHaveValue('login');
+  await expect(page.locator('#rule-override')).toBeChecked();
+  await expect(page.locator('#rule-override')).toBeEnabled();
 
   // An edited text must be previewed again before it can be applied.
   await page.getByLabel('Configuration (YAML)').fill(example.replace('requests_per_unit: 3', 'requests_per_unit: 5'));

@@ -143,6 +143,7 @@ mod tests {
                 failure_mode: FailureMode::Closed,
                 shadow: false,
                 enabled: true,
+                allow_override: false,
             },
             created_at: 1,
             updated_at: 2,
@@ -198,6 +199,7 @@ mod tests {
                         failure_mode: FailureMode::Closed,
                         shadow: false,
                         enabled: true,
+                        allow_override: false,
                     },
                 )
         }

@@ -164,6 +164,10 @@ pub struct RuleBody {
     pub shadow: bool,
     #[serde(default = "yes")]
     pub enabled: bool,
+    /// A `descriptor` rule only: a gRPC request may set this descriptor's limit itself
+    /// (Envoy's per-descriptor `limit` override), counted in a bucket of its own per limit.
+    #[serde(default)]
+    pub allow_override: bool,
 }
 
 impl RuleBody {
@@ -207,6 +211,12 @@ impl RuleBody {
             (None, false) => {}
         }
         problems.extend(self.descriptor_problems());
+        if self.allow_override && self.match_kind != MatchKind::Descriptor {
+            problems.push(FieldError::new(
+                "allow_override",
+                "only a descriptor rule takes a limit from the request; leave it out",
+            ));
+        }
         problems.extend(self.spec().problems());
         problems
     }
@@ -378,9 +388,16 @@ mod tests {
         let mut route_rule = body();
         route_rule.descriptor = per_client.descriptor.clone();
         assert_eq!(fields(&route_rule), ["descriptor"]);
-        let mut routed = per_client;
+        let mut routed = per_client.clone();
         routed.route = Some("GET /".into());
         assert_eq!(fields(&routed), ["route"]);
+        // Only a descriptor rule takes a limit from the request.
+        let mut flexible = per_client;
+        flexible.allow_override = true;
+        assert_eq!(fields(&flexible), Vec::<&str>::new());
+        let mut route_rule = body();
+        route_rule.allow_override = true;
+        assert_eq!(fields(&route_rule), ["allow_override"]);
     }
 
     #[test]

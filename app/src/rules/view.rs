@@ -87,6 +87,7 @@ struct RuleForm {
     failure_mode: RwSignal<String>,
     shadow: RwSignal<bool>,
     enabled: RwSignal<bool>,
+    allow_override: RwSignal<bool>,
 }
 
 fn whole(field: &str, text: &str) -> Result<u64, FieldError> {
@@ -120,6 +121,7 @@ impl RuleForm {
         self.failure_mode.set("closed".into());
         self.shadow.set(false);
         self.enabled.set(true);
+        self.allow_override.set(false);
     }
 
     fn load(&self, rule: &RuleInfo) {
@@ -146,6 +148,7 @@ impl RuleForm {
         self.failure_mode.set(b.failure_mode.as_str().into());
         self.shadow.set(b.shadow);
         self.enabled.set(b.enabled);
+        self.allow_override.set(b.allow_override);
     }
 
     /// The rule the fields describe and every problem with it (tracked: re-run as you type).
@@ -200,6 +203,8 @@ impl RuleForm {
             failure_mode,
             shadow: self.shadow.get(),
             enabled: self.enabled.get(),
+            // Only descriptor rules offer (and read) the switch.
+            allow_override: match_kind == MatchKind::Descriptor && self.allow_override.get(),
         };
         for p in body.problems() {
             if !problems.iter().any(|q| q.field == p.field) {
@@ -615,6 +620,10 @@ fn RuleEditor(tenant: Memo<String>, save: ServerAction<SaveRule>, form: RuleForm
                     <label><input type="checkbox" id="rule-enabled" prop:checked=form.enabled
                         on:change=move |ev| form.enabled.set(event_target_checked(&ev))/>
                         " Enabled"</label>
+                    <label><input type="checkbox" id="rule-override" prop:checked=form.allow_override
+                        prop:disabled=move || form.match_kind.get() != MatchKind::Descriptor.as_str()
+                        on:change=move |ev| form.allow_override.set(event_target_checked(&ev))/>
+                        " Envoy may send this descriptor's limit (override)"</label>
                 </div>
                 <p class="actions">
                     <button type="submit" data-testid="save-rule"

@@ -7,7 +7,8 @@
 //! counts in windows aligned to the epoch, as Sluice's fixed window does) whose entries are the
 //! path from the top of the file to it: keys with their values where the file gives one. The
 //! unit is the period (a month is 30 days and a year 365, as that service counts them);
-//! `shadow_mode` is a shadow rule. Route rules are never touched.
+//! `shadow_mode` is a shadow rule; every imported rule takes a request's per-descriptor limit
+//! override, as that service does. Route rules are never touched.
 
 use std::collections::HashSet;
 
@@ -194,6 +195,7 @@ fn walk(
                     failure_mode: FailureMode::Closed,
                     shadow: node.shadow_mode,
                     enabled: true,
+                    allow_override: true,
                 });
             }
         }
@@ -438,6 +440,11 @@ descriptors:
         );
         for rule in &t.rules {
             assert_eq!(rule.problems(), vec![], "{}", rule.name);
+            assert!(
+                rule.allow_override,
+                "{}: that service honours a request's limit",
+                rule.name
+            );
         }
         assert_eq!(t.notes.len(), 2, "{:?}", t.notes);
         assert!(

@@ -178,11 +178,43 @@ impl CheckInput {
 /// Most descriptors in one gRPC `ShouldRateLimit` request.
 pub const MAX_DESCRIPTORS: usize = 16;
 
-/// One Envoy rate-limit descriptor: its entries (key and value, in order) and what it costs.
+/// One Envoy rate-limit descriptor: its entries (key and value, in order), what it costs,
+/// and the limit it asks for itself, if any.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Descriptor {
     pub entries: Vec<(String, String)>,
     pub cost: Cost,
+    pub limit: Option<LimitOverride>,
+}
+
+/// A limit a request sets for its descriptor (Envoy's `RateLimitOverride`): honoured only by
+/// rules that allow it, validated as a rule's limit and period are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimitOverride {
+    pub limit: u64,
+    pub period_ms: u64,
+}
+
+impl LimitOverride {
+    /// `limit` requests per `period_ms`; a limit the limiter cannot take is an [`InputError`].
+    pub fn new(limit: u64, period_ms: u64) -> Result<Self, InputError> {
+        if limit == 0 || limit > app::rules::MAX_LIMIT {
+            return Err(invalid(
+                "limit",
+                format!(
+                    "an override's requests_per_unit is 1 to {}, not {limit}",
+                    app::rules::MAX_LIMIT
+                ),
+            ));
+        }
+        if !(app::rules::MIN_PERIOD_MS..=app::rules::MAX_PERIOD_MS).contains(&period_ms) {
+            return Err(invalid(
+                "limit",
+                "an override's unit is not one the limiter takes",
+            ));
+        }
+        Ok(Self { limit, period_ms })
+    }
 }
 
 impl Descriptor {
@@ -210,7 +242,11 @@ impl Descriptor {
             Cost::parse(hits)
                 .map_err(|e| invalid("hits_addend", e.message.replace("`cost`", "`hits_addend`")))?
         };
-        Ok(Self { entries, cost })
+        Ok(Self {
+            entries,
+            cost,
+            limit: None,
+        })
     }
 }
 

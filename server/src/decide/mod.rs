@@ -29,7 +29,7 @@ use app::rules::FailureMode;
 
 pub use error::DecideError;
 pub use identity::{Identities, UsageRecorder};
-pub use input::{CheckInput, Descriptor, InputError, MAX_DESCRIPTORS};
+pub use input::{CheckInput, Descriptor, InputError, LimitOverride, MAX_DESCRIPTORS};
 pub use tenant::{CompiledTenant, MAX_RULES_PER_MATCH};
 
 use crate::dashboard::LiveInstances;

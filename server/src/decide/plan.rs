@@ -7,7 +7,7 @@ use std::sync::Arc;
 use app::rules::model::{Decision, Verdict};
 use app::rules::Scope;
 
-use super::input::{CheckInput, Descriptor, InputError, Subject};
+use super::input::{CheckInput, Descriptor, InputError, LimitOverride, Subject};
 use super::tenant::CompiledTenant;
 use crate::limiter::{keys, RuleCheck, MAX_RULES};
 use crate::store::rules::Rule;
@@ -86,7 +86,14 @@ pub fn descriptor_checks(
                     ),
                 })?;
             }
-            let check = rule_check(tenant_id, &rule, subject.as_deref(), descriptor.cost.get());
+            let (rule, check) = match descriptor.limit {
+                None => {
+                    let check =
+                        rule_check(tenant_id, &rule, subject.as_deref(), descriptor.cost.get());
+                    (rule, check)
+                }
+                Some(limit) => overridden(tenant_id, &rule, limit, subject.as_deref(), descriptor)?,
+            };
             let index = match checks.iter().position(|c| c.key == check.key) {
                 Some(i) => {
                     checks[i].cost = checks[i].cost.saturating_add(check.cost);
@@ -114,6 +121,58 @@ pub fn descriptor_checks(
         });
     }
     Ok((rules, checks, owners))
+}
+
+/// A rule that allows it, decided under the limit a descriptor sets: the rule with that
+/// limit and period (and no burst beyond the limit), in buckets of that limit's own.
+fn overridden(
+    tenant_id: &str,
+    rule: &Arc<Rule>,
+    limit: LimitOverride,
+    subject: Option<&str>,
+    descriptor: &Descriptor,
+) -> Result<(Arc<Rule>, RuleCheck), InputError> {
+    if !rule.body.allow_override {
+        return Err(InputError {
+            field: "limit",
+            message: format!(
+                "rule {:?} sets this descriptor's limit and takes none from the request: leave `limit` out, or allow overrides on the rule",
+                rule.body.name
+            ),
+        });
+    }
+    let mut body = rule.body.clone();
+    body.limit = limit.limit;
+    body.period_ms = limit.period_ms;
+    body.burst = None;
+    if let Some(problem) = body.spec().problems().into_iter().next() {
+        return Err(InputError {
+            field: "limit",
+            message: format!(
+                "the override does not suit rule {:?}: {problem}",
+                rule.body.name
+            ),
+        });
+    }
+    let check = RuleCheck {
+        key: keys::bucket(
+            tenant_id,
+            &keys::override_part(
+                &keys::rule_part(&rule.id, body.algorithm),
+                limit.limit,
+                limit.period_ms,
+            ),
+            subject,
+        ),
+        spec: body.spec(),
+        cost: descriptor.cost.get(),
+        shadow: body.shadow,
+    };
+    let rule = Arc::new(Rule {
+        body,
+        ..(**rule).clone()
+    });
+    Ok((rule, check))
 }
 
 /// The rule the answer describes: on a denial the enforced rule with the longest wait (a
@@ -170,6 +229,7 @@ mod tests {
                 failure_mode: FailureMode::Closed,
                 shadow,
                 enabled: true,
+                allow_override: false,
             },
             created_at: 0,
             updated_at: 0,

@@ -267,6 +267,7 @@ mod tests {
                 failure_mode: FailureMode::Closed,
                 shadow: false,
                 enabled: true,
+                allow_override: false,
             },
             created_at: 0,
             updated_at: 0,

@@ -42,6 +42,13 @@ pub fn rule_part(rule_id: &str, algorithm: app::rules::Algorithm) -> String {
     format!("{rule_id}.{tag}")
 }
 
+/// The rule part of a bucket counted under a limit the request set (Envoy's per-descriptor
+/// override): each limit and period has buckets of their own, so one request's limit never
+/// reads the state another limit left.
+pub fn override_part(rule_part: &str, limit: u64, period_ms: u64) -> String {
+    format!("{rule_part}~{limit}per{period_ms}")
+}
+
 /// How many minutes of active-key HyperLogLogs make up "active": a bucket is active when it
 /// was checked in the current minute or the five before it, so in the last 5 to 6 minutes.
 pub const ACTIVE_WINDOW_MINUTES: i64 = 6;

@@ -33,6 +33,7 @@ struct Row {
     failure_mode: String,
     shadow: bool,
     enabled: bool,
+    allow_override: bool,
     created_at: i64,
     updated_at: i64,
 }
@@ -91,6 +92,7 @@ impl TryFrom<Row> for Rule {
                 failure_mode,
                 shadow: r.shadow,
                 enabled: r.enabled,
+                allow_override: r.allow_override,
             },
             created_at: r.created_at,
             updated_at: r.updated_at,
@@ -100,7 +102,7 @@ impl TryFrom<Row> for Rule {
 
 const COLUMNS: &str =
     "id, tenant_id, name, match_kind, route, scope, algorithm, limit_count, period_ms, \
-                       burst, penalty, failure_mode, shadow, enabled, created_at, updated_at, descriptor";
+                       burst, penalty, failure_mode, shadow, enabled, created_at, updated_at, descriptor, allow_override";
 
 /// A descriptor rule's entries as the `descriptor` column holds them (JSON), or NULL.
 fn descriptor_column(body: &RuleBody) -> Option<String> {
@@ -128,7 +130,7 @@ pub async fn insert(
         updated_at: now,
     };
     let sql = format!(
-        "INSERT INTO rules ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)"
+        "INSERT INTO rules ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)"
     );
     with_exec!(exec.into(), conn => {
         sqlx::query(&sql)
@@ -136,7 +138,7 @@ pub async fn insert(
             .bind(&body.route).bind(body.scope.as_str()).bind(body.algorithm.as_str())
             .bind(to_i64(body.limit)).bind(to_i64(body.period_ms)).bind(body.burst.map(to_i64))
             .bind(body.penalty).bind(body.failure_mode.as_str()).bind(body.shadow).bind(body.enabled)
-            .bind(now).bind(now).bind(descriptor_column(body))
+            .bind(now).bind(now).bind(descriptor_column(body)).bind(body.allow_override)
             .execute(conn)
             .await
             .map_err(conflict_as("a rule with this name"))?;
@@ -154,7 +156,7 @@ pub async fn update(
     let now = now_ms();
     let sql = "UPDATE rules SET name = $1, match_kind = $2, route = $3, scope = $4, algorithm = $5, \
                limit_count = $6, period_ms = $7, burst = $8, penalty = $9, failure_mode = $10, shadow = $11, \
-               enabled = $12, updated_at = $13, descriptor = $16 WHERE id = $14 AND tenant_id = $15";
+               enabled = $12, updated_at = $13, descriptor = $16, allow_override = $17 WHERE id = $14 AND tenant_id = $15";
     let mut exec = exec.into();
     let affected = with_exec!(exec.reborrow(), conn => {
         sqlx::query(sql)
@@ -162,7 +164,7 @@ pub async fn update(
             .bind(body.algorithm.as_str()).bind(to_i64(body.limit)).bind(to_i64(body.period_ms))
             .bind(body.burst.map(to_i64)).bind(body.penalty).bind(body.failure_mode.as_str())
             .bind(body.shadow).bind(body.enabled).bind(now).bind(id).bind(tenant_id)
-            .bind(descriptor_column(body))
+            .bind(descriptor_column(body)).bind(body.allow_override)
             .execute(conn)
             .await
             .map_err(conflict_as("a rule with this name"))?

@@ -83,6 +83,7 @@ fn console_limits(per_second: u64) -> CompiledTenant {
             failure_mode: FailureMode::Open,
             shadow: false,
             enabled: true,
+            allow_override: false,
         },
         created_at: 0,
         updated_at: 0,

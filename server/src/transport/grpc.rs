@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use app::rules::model::{Decision, Verdict};
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit,
@@ -31,7 +32,9 @@ use tonic::{Request, Response, Status};
 use super::check::rate_limit_headers;
 use super::credentials::presented_key;
 use super::state::AppState;
-use crate::decide::{plan, Answer, DecideError, Decided, Descriptor, Mode, MAX_DESCRIPTORS};
+use crate::decide::{
+    plan, Answer, DecideError, Decided, Descriptor, LimitOverride, Mode, MAX_DESCRIPTORS,
+};
 use crate::limiter::LimiterError;
 
 /// The largest accepted request message.
@@ -147,12 +150,20 @@ fn descriptors(request: &RateLimitRequest) -> Result<Vec<Descriptor>, Status> {
 fn descriptor(index: usize, d: &RateLimitDescriptor, hits: u32) -> Result<Descriptor, Status> {
     let refuse =
         |message: String| Status::invalid_argument(format!("descriptor {index}: {message}"));
-    if d.limit.is_some() {
-        return Err(refuse(
-            "a per-descriptor `limit` override is not accepted: the tenant's rules set the limits"
-                .to_owned(),
-        ));
-    }
+    let limit = d
+        .limit
+        .as_ref()
+        .map(|o| {
+            let period_ms = override_period_ms(o.unit).ok_or_else(|| {
+                refuse(format!(
+                    "the `limit` override's unit ({}) is not one of SECOND, MINUTE, HOUR, DAY, MONTH, YEAR",
+                    o.unit
+                ))
+            })?;
+            LimitOverride::new(u64::from(o.requests_per_unit), period_ms)
+                .map_err(|e| refuse(e.message))
+        })
+        .transpose()?;
     if d.is_negative_hits {
         return Err(refuse(
             "`is_negative_hits` (a refund) is not accepted".to_owned(),
@@ -171,7 +182,24 @@ fn descriptor(index: usize, d: &RateLimitDescriptor, hits: u32) -> Result<Descri
         .iter()
         .map(|e| (e.key.clone(), e.value.clone()))
         .collect();
-    Descriptor::new(entries, hits).map_err(|e| refuse(e.message))
+    let mut descriptor = Descriptor::new(entries, hits).map_err(|e| refuse(e.message))?;
+    descriptor.limit = limit;
+    Ok(descriptor)
+}
+
+/// The length of an override's unit (`envoy.type.v3.RateLimitUnit`), as [`unit`] names
+/// periods: a month is 30 days and a year 365.
+fn override_period_ms(unit: i32) -> Option<u64> {
+    const DAY: u64 = 86_400_000;
+    Some(match RateLimitUnit::try_from(unit).ok()? {
+        RateLimitUnit::Second => 1_000,
+        RateLimitUnit::Minute => 60_000,
+        RateLimitUnit::Hour => 3_600_000,
+        RateLimitUnit::Day => DAY,
+        RateLimitUnit::Month => 30 * DAY,
+        RateLimitUnit::Year => 365 * DAY,
+        RateLimitUnit::Unknown => return None,
+    })
 }
 
 /// A descriptor no rule limits.

@@ -277,7 +277,9 @@ fn schemas() -> Value {
             "failure_mode": { "type": "string", "enum": ["closed", "open", "local"], "default": "closed",
                 "description": "When the limiter cannot decide: closed answers 503, open allows, local limits in each instance with limit ÷ live instances." },
             "shadow": { "type": "boolean", "default": false },
-            "enabled": { "type": "boolean", "default": true }
+            "enabled": { "type": "boolean", "default": true },
+            "allow_override": { "type": "boolean", "default": false,
+                "description": "descriptor rules only: a gRPC request may set this descriptor's limit (Envoy's per-descriptor limit override), counted in buckets of that limit's own; otherwise such a request is INVALID_ARGUMENT." }
         }
     });
     json!({
@@ -441,6 +443,7 @@ fn rule_schema(body: &Value, millis: &Value) -> Value {
         "failure_mode",
         "shadow",
         "enabled",
+        "allow_override",
     ] {
         required.push(json!(field));
     }

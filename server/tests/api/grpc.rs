@@ -279,7 +279,7 @@ async fn hits_addend_is_the_cost_and_a_request_is_all_or_nothing_with_a_status_p
                 json!([with_hits(&big, 1), with_hits(&small, 2)]),
             ),
             call(&name, &t.check_key, json!([with_hits(&big, 6)])),
-            // A per-descriptor limit override is refused: the rules set the limits.
+            // A per-descriptor limit override is refused by a rule that does not allow it.
             call(
                 &name,
                 &t.check_key,
@@ -704,4 +704,87 @@ fn the_example_envoy_configuration_parses_with_envoys_own_protos() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[tokio::test]
+async fn a_limit_override_is_taken_only_where_the_rule_allows_it_and_counts_in_its_own_bucket() {
+    let (app, op) = embedded_grpc().await;
+    let mut flexible = descriptor_rule("flexible", &[("api", Some("upload"))], 100);
+    flexible["allow_override"] = json!(true);
+    let t = setup_tenant(
+        &app,
+        &op,
+        &[
+            descriptor_rule("fixed", &[("api", Some("search"))], 100),
+            flexible,
+        ],
+    )
+    .await;
+    let name = tenant_name(&app, &op, &t).await;
+    let upload = |limit: Value| {
+        let mut d = json!({ "entries": [["api", "upload"]] });
+        if !limit.is_null() {
+            d["limit"] = limit;
+        }
+        call(&name, &t.check_key, json!([d]))
+    };
+    let two_a_minute = json!({ "requests_per_unit": 2, "unit": "MINUTE" });
+    let answers = calls(
+        &app,
+        vec![
+            upload(two_a_minute.clone()),
+            upload(two_a_minute.clone()),
+            upload(two_a_minute.clone()),
+            // Without the override: the rule's own limit, in its own bucket, untouched.
+            upload(Value::Null),
+            // Another limit is another bucket.
+            upload(json!({ "requests_per_unit": 5, "unit": "HOUR" })),
+            // A rule that does not allow it refuses, and so does a limit the limiter cannot take.
+            call(
+                &name,
+                &t.check_key,
+                json!([{ "entries": [["api", "search"]], "limit": 5 }]),
+            ),
+            upload(json!({ "requests_per_unit": 0, "unit": "MINUTE" })),
+            upload(json!({ "requests_per_unit": 5, "unit": "UNKNOWN" })),
+        ],
+    )
+    .await;
+    assert_eq!(
+        codes(&answers[..5]),
+        ["OK", "OK", "OVER_LIMIT", "OK", "OK"],
+        "{answers:#?}"
+    );
+    let limit = |i: usize| answers[i]["statuses"][0]["limit"].clone();
+    assert_eq!(limit(0)["name"], "flexible");
+    assert_eq!(limit(0)["requests_per_unit"], 2);
+    assert_eq!(limit(0)["unit"], "MINUTE");
+    assert_eq!(answers[1]["statuses"][0]["remaining"], 0);
+    assert_eq!(limit(3)["requests_per_unit"], 100);
+    assert_eq!(answers[3]["statuses"][0]["remaining"], 99);
+    assert_eq!(limit(4)["requests_per_unit"], 5);
+    assert_eq!(limit(4)["unit"], "HOUR");
+    assert_eq!(answers[4]["statuses"][0]["remaining"], 4);
+    for (i, says) in [(5, "\"fixed\""), (6, "requests_per_unit"), (7, "unit")] {
+        assert_eq!(answers[i]["grpc"], "INVALID_ARGUMENT", "{:#}", answers[i]);
+        assert!(
+            answers[i]["message"].as_str().unwrap().contains(says),
+            "{:#}",
+            answers[i]
+        );
+    }
+
+    // Only a descriptor rule may allow it.
+    let mut route_rule = rule("route", "all", None, "gcra", 1, 1000);
+    route_rule["allow_override"] = json!(true);
+    let (status, _, body) = app
+        .call(
+            "POST",
+            &format!("/v1/admin/tenants/{}/rules", t.id),
+            Some(&op),
+            Some(&route_rule),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.to_string().contains("allow_override"), "{body}");
 }

@@ -227,6 +227,7 @@ fn body(name: &str) -> RuleBody {
         failure_mode: FailureMode::Open,
         shadow: true,
         enabled: false,
+        allow_override: false,
     }
 }
 
@@ -423,6 +424,9 @@ async fn rules_round_trip_every_field(db: &Db) {
     changed.route = None;
     changed.burst = None;
     changed.algorithm = Algorithm::SlidingLog;
+    // The store keeps what it is given (the admin service validates); the flags too.
+    changed.allow_override = true;
+    changed.shadow = !changed.shadow;
     let updated = rules::update(db, &tenant.id, &created.id, &changed)
         .await
         .unwrap()
