@@ -32,8 +32,9 @@ fn to_i64(v: Option<u64>) -> Option<i64> {
 
 /// The quotas of `tenant_id` (all `None` when none were set).
 pub async fn get(exec: impl Into<Exec<'_>>, tenant_id: &str) -> Result<StoredQuotas, StoreError> {
-    let sql = "SELECT max_rules, max_keys, max_live_buckets FROM tenant_quotas \
-               WHERE tenant_id = $1";
+    // PostgreSQL keeps the first two as INTEGER: read every quota as a BIGINT on both stores.
+    let sql = "SELECT CAST(max_rules AS BIGINT), CAST(max_keys AS BIGINT), \
+               CAST(max_live_buckets AS BIGINT) FROM tenant_quotas WHERE tenant_id = $1";
     let row: Option<(Option<i64>, Option<i64>, Option<i64>)> = with_exec!(exec.into(), conn => {
         sqlx::query_as(sql).bind(tenant_id).fetch_optional(conn).await?
     });

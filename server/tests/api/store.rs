@@ -68,7 +68,26 @@ on_both_databases!(
     a_change_whose_audit_event_fails_is_rolled_back,
     a_rotation_whose_audit_event_fails_changes_no_key,
     every_failure_mode_is_stored,
+    quotas_round_trip_whatever_column_type_holds_them,
 );
+
+/// PostgreSQL stores two of the quotas as INTEGER and one as BIGINT; reading them once failed
+/// there (every tenant with quotas set could then load no rules, make no key, take no check).
+async fn quotas_round_trip_whatever_column_type_holds_them(db: &Db) {
+    use sluice::store::quotas::{self, StoredQuotas};
+    let tenant = tenants::insert(db, "acme").await.unwrap();
+    assert_eq!(
+        quotas::get(db, &tenant.id).await.unwrap(),
+        StoredQuotas::default()
+    );
+    let set = StoredQuotas {
+        max_rules: Some(3),
+        max_keys: Some(2_000_000_000),
+        max_live_buckets: Some(5_000_000_000),
+    };
+    quotas::set(db, &tenant.id, set).await.unwrap();
+    assert_eq!(quotas::get(db, &tenant.id).await.unwrap(), set);
+}
 
 /// The `local` failure mode came with a migration (a new CHECK; SQLite rebuilt the table).
 async fn every_failure_mode_is_stored(db: &Db) {
