@@ -216,6 +216,11 @@ impl RuleBody {
                 "allow_override",
                 "only a descriptor rule takes a limit from the request; leave it out",
             ));
+        } else if self.allow_override && self.algorithm != Algorithm::FixedWindow {
+            problems.push(FieldError::new(
+                "allow_override",
+                "a limit from the request needs algorithm fixed_window (a window count compares with any limit; the other algorithms' state is shaped by theirs)",
+            ));
         }
         problems.extend(self.spec().problems());
         problems
@@ -391,10 +396,13 @@ mod tests {
         let mut routed = per_client.clone();
         routed.route = Some("GET /".into());
         assert_eq!(fields(&routed), ["route"]);
-        // Only a descriptor rule takes a limit from the request.
+        // Only a descriptor rule takes a limit from the request, and only with a window count.
         let mut flexible = per_client;
         flexible.allow_override = true;
+        flexible.algorithm = Algorithm::FixedWindow;
         assert_eq!(fields(&flexible), Vec::<&str>::new());
+        flexible.algorithm = Algorithm::TokenBucket;
+        assert_eq!(fields(&flexible), ["allow_override"]);
         let mut route_rule = body();
         route_rule.allow_override = true;
         assert_eq!(fields(&route_rule), ["allow_override"]);

@@ -124,7 +124,7 @@ pub fn descriptor_checks(
 }
 
 /// A rule that allows it, decided under the limit a descriptor sets: the rule with that
-/// limit and period (and no burst beyond the limit), in buckets of that limit's own.
+/// limit and period (and no burst beyond the limit), in the window count of that period.
 fn overridden(
     tenant_id: &str,
     rule: &Arc<Rule>,
@@ -157,11 +157,7 @@ fn overridden(
     let check = RuleCheck {
         key: keys::bucket(
             tenant_id,
-            &keys::override_part(
-                &keys::rule_part(&rule.id, body.algorithm),
-                limit.limit,
-                limit.period_ms,
-            ),
+            &keys::override_part(&keys::rule_part(&rule.id, body.algorithm), limit.period_ms),
             subject,
         ),
         spec: body.spec(),

@@ -43,10 +43,11 @@ pub fn rule_part(rule_id: &str, algorithm: app::rules::Algorithm) -> String {
 }
 
 /// The rule part of a bucket counted under a limit the request set (Envoy's per-descriptor
-/// override): each limit and period has buckets of their own, so one request's limit never
-/// reads the state another limit left.
-pub fn override_part(rule_part: &str, limit: u64, period_ms: u64) -> String {
-    format!("{rule_part}~{limit}per{period_ms}")
+/// override, on a `fixed_window` rule): one window count per period, whatever limit each
+/// request compares it with, as envoyproxy/ratelimit counts. Keyed by the period alone, a
+/// caller cannot mint fresh buckets by varying the limit: a rule has at most one per unit.
+pub fn override_part(rule_part: &str, period_ms: u64) -> String {
+    format!("{rule_part}~{period_ms}")
 }
 
 /// How many minutes of active-key HyperLogLogs make up "active": a bucket is active when it

@@ -279,7 +279,7 @@ fn schemas() -> Value {
             "shadow": { "type": "boolean", "default": false },
             "enabled": { "type": "boolean", "default": true },
             "allow_override": { "type": "boolean", "default": false,
-                "description": "descriptor rules only: a gRPC request may set this descriptor's limit (Envoy's per-descriptor limit override), counted in buckets of that limit's own; otherwise such a request is INVALID_ARGUMENT." }
+                "description": "fixed_window descriptor rules only: a gRPC request may set this descriptor's limit (Envoy's per-descriptor limit override), compared with the window's count for its unit; otherwise such a request is INVALID_ARGUMENT." }
         }
     });
     json!({
