@@ -414,6 +414,13 @@ test('an envoyproxy/ratelimit configuration is previewed, then applied as descri
   });
   expect(ok).toBe(false);
   expect(body).toContain('unknown unit');
+  // Apply carries the preview's fingerprint: a plan that is no longer the previewed one
+  // (here, a fingerprint of no preview at all) is refused and changes nothing.
+  const [stale, said] = await serverFn(page, 'rules/import_envoy', {
+    tenant: t.id, yaml: example.replace('requests_per_unit: 3', 'requests_per_unit: 7'), apply: true, expect: 'not-the-preview',
+  });
+  expect(stale).toBe(false);
+  expect(said).toContain('preview it again');
   const [, rules] = await serverFn(page, 'rules/list', { tenant: t.id });
   expect(JSON.parse(rules).map((r: { name: string }) => r.name).sort()).toEqual(
     ['envoy.path_/login.user', 'envoy.path_/search', 'envoy.remote_address', 'login'],

@@ -193,7 +193,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
             let admin = offline_service(&cli.config).await?;
             let plan = admin
-                .import_descriptor_rules(&Actor::Cli, &tenant, &translation.rules, apply)
+                .import_descriptor_rules(&Actor::Cli, &tenant, &translation.rules, apply, None)
                 .await?;
             print_import(&translation, &plan);
             Ok(())

@@ -49,6 +49,9 @@ pub struct ImportPreview {
     pub unchanged: usize,
     /// What the configuration says that rules cannot express, one line each.
     pub notes: Vec<String>,
+    /// Sent back to apply exactly this preview: the server refuses if the rules it was made
+    /// from have changed since.
+    pub fingerprint: String,
     /// Whether the changes were made.
     pub applied: bool,
 }
@@ -71,12 +74,14 @@ pub trait RulesPort: Send + Sync + 'static {
     ) -> Result<RuleInfo, AppError>;
     async fn delete_rule(&self, tenant: &str, id: &str) -> Result<(), AppError>;
     /// Reads an envoyproxy/ratelimit configuration as the tenant's descriptor rules and says
-    /// what it would change; with `apply`, makes those changes in one transaction.
+    /// what it would change; with `apply`, makes those changes in one transaction, provided
+    /// they are still those of the preview whose fingerprint is `expect`.
     async fn import_envoy(
         &self,
         tenant: &str,
         yaml: &str,
         apply: bool,
+        expect: Option<&str>,
     ) -> Result<ImportPreview, AppError>;
 }
 
@@ -108,15 +113,17 @@ pub async fn delete_rule(tenant: String, id: String) -> Result<(), AppError> {
         .await
 }
 
-/// Previews (`apply: false`) or applies an envoyproxy/ratelimit configuration.
+/// Previews (`apply: false`) or applies an envoyproxy/ratelimit configuration; `expect`, a
+/// preview's fingerprint, makes Apply refuse a plan that is no longer the one previewed.
 #[server(prefix = "/api", endpoint = "rules/import_envoy", input = Json)]
 pub async fn import_envoy(
     tenant: String,
     yaml: String,
     apply: bool,
+    expect: Option<String>,
 ) -> Result<ImportPreview, AppError> {
     crate::context::port::<dyn RulesPort>()?
-        .import_envoy(&tenant, &yaml, apply)
+        .import_envoy(&tenant, &yaml, apply, expect.as_deref())
         .await
 }
 

@@ -303,23 +303,44 @@ pub fn RulesPage() -> impl IntoView {
 #[component]
 fn EnvoyImport(tenant: Memo<String>, import: ServerAction<ImportEnvoy>) -> impl IntoView {
     let yaml = RwSignal::new(String::new());
-    // The text the shown preview is of: Apply sends that, and only while it is still the
-    // text in the box.
-    let previewed = RwSignal::new(None::<String>);
+    // What the shown preview is of (tenant and text): Apply is offered only while both are
+    // unchanged, and sends the preview's fingerprint, so the server applies that plan or none.
+    let previewed = RwSignal::new(None::<(String, String)>);
     let too_long = move || yaml.with(|y| y.len() > MAX_IMPORT_BYTES);
-    let send = move |apply: bool| {
-        let text = yaml.get_untracked();
-        previewed.set(Some(text.clone()));
+    let shown = move || match import.value().get() {
+        Some(Ok(p)) if !p.applied => Some(p.fingerprint),
+        _ => None,
+    };
+    let preview = move |_| {
+        let (tenant, text) = (tenant.get_untracked(), yaml.get_untracked());
+        previewed.set(Some((tenant.clone(), text.clone())));
         import.dispatch(ImportEnvoy {
-            tenant: tenant.get_untracked(),
+            tenant,
             yaml: text,
-            apply,
+            apply: false,
+            expect: None,
         });
     };
-    let can_apply = move || {
-        !import.pending().get()
-            && matches!(import.value().get(), Some(Ok(ref p)) if !p.applied)
-            && previewed.with(|p| p.as_deref() == Some(yaml.get().as_str()))
+    let current = move || {
+        previewed.with(|p| {
+            p.as_ref()
+                .is_some_and(|(t, y)| *t == tenant.get() && *y == yaml.get())
+        })
+    };
+    let can_apply = move || !import.pending().get() && shown().is_some() && current();
+    let apply = move |_| {
+        let expect = import.value().with_untracked(|v| match v {
+            Some(Ok(p)) if !p.applied => Some(p.fingerprint.clone()),
+            _ => None,
+        });
+        if let (Some(expect), Some((tenant, text))) = (expect, previewed.get_untracked()) {
+            import.dispatch(ImportEnvoy {
+                tenant,
+                yaml: text,
+                apply: true,
+                expect: Some(expect),
+            });
+        }
     };
     view! {
         <section class="card" aria-labelledby="import-title">
@@ -334,9 +355,9 @@ fn EnvoyImport(tenant: Memo<String>, import: ServerAction<ImportEnvoy>) -> impl 
             <p class="actions">
                 <button type="button" data-testid="import-preview"
                     disabled=move || import.pending().get() || too_long() || yaml.with(|y| y.trim().is_empty())
-                    on:click=move |_| send(false)>"Preview"</button>
+                    on:click=preview>"Preview"</button>
                 <button type="button" data-testid="import-apply" disabled=move || !can_apply()
-                    on:click=move |_| send(true)>"Apply"</button>
+                    on:click=apply>"Apply"</button>
             </p>
             {move || import.value().get().map(|r| match r {
                 Ok(preview) => view! { <ImportResult preview=preview/> }.into_any(),

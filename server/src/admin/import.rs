@@ -136,8 +136,9 @@ fn walk(
         .collect::<Vec<_>>()
         .join(" / ");
     let mut note = |what: &str| out.notes.push(format!("{here}: {what}"));
-    if node.value.as_deref().is_some_and(|v| v.contains('*')) {
-        note("a wildcard value (`*`) is not supported: no rule for it or below it");
+    // That service reads a value ending in `*` as a prefix; a `*` elsewhere is literal.
+    if node.value.as_deref().is_some_and(|v| v.ends_with('*')) {
+        note("a wildcard value (a prefix ending in `*`) is not supported: no rule for it or below it");
         path.pop();
         return Ok(());
     }
@@ -265,6 +266,9 @@ pub struct ImportPlan {
     /// (the rule's id, its name): descriptor rules of the tenant the file no longer has.
     pub delete: Vec<(String, String)>,
     pub unchanged: usize,
+    /// A digest of the plan and of the rules it was made from: applying with the digest of a
+    /// preview refuses when anything it was made from has changed since.
+    pub fingerprint: String,
     /// Whether the plan was carried out.
     pub applied: bool,
 }
@@ -273,7 +277,9 @@ impl AdminService {
     /// Makes the tenant's descriptor rules those of `rules` (by name): creates the new ones,
     /// replaces the changed ones and deletes those not among them, in one transaction, audited
     /// as one `rules.import` event and announced to every instance. With `apply` false, only
-    /// says what it would do. Route rules are not touched. Every rule is validated first, and
+    /// says what it would do. With `expect`, the digest of an earlier preview, it applies only
+    /// the plan that preview showed: anything changed since is a conflict. Route rules are not
+    /// touched. Every rule is validated first, and
     /// the tenant's quota of rules and the per-match cap hold for the result.
     pub async fn import_descriptor_rules(
         &self,
@@ -281,6 +287,7 @@ impl AdminService {
         tenant_id: &str,
         rules: &[RuleBody],
         apply: bool,
+        expect: Option<&str>,
     ) -> Result<ImportPlan, ServiceError> {
         self.authorize(actor, tenant_id).await?;
         let mut problems = Vec::new();
@@ -349,8 +356,18 @@ impl AdminService {
                 )));
             }
         }
+        plan.fingerprint = app::keys::sha256_hex(
+            &serde_json::to_string(&(&plan.create, &plan.update, &plan.delete, plan.unchanged))
+                .unwrap_or_default(),
+        );
         if !apply {
             return Ok(plan);
+        }
+        if expect.is_some_and(|e| e != plan.fingerprint) {
+            return Err(ServiceError::Conflict(
+                "the tenant's rules changed since this import was previewed: preview it again"
+                    .to_owned(),
+            ));
         }
         for (id, _) in &plan.delete {
             store::rules::delete(&mut tx, tenant_id, id).await?;
@@ -410,14 +427,23 @@ descriptors:
   - key: path
     value: "/img/*"
     rate_limit: { unit: second, requests_per_unit: 1 }
+  - key: path
+    value: "a*b"
+    rate_limit: { unit: day, requests_per_unit: 7 }
 "#,
         )
         .unwrap();
         assert_eq!(t.domain, "acme");
         let names: Vec<&str> = t.rules.iter().map(|r| r.name.as_str()).collect();
+        // A `*` that does not end the value is literal, as that service reads it.
         assert_eq!(
             names,
-            ["envoy.remote_address", "login", "envoy.path_/login.user"]
+            [
+                "envoy.remote_address",
+                "login",
+                "envoy.path_/login.user",
+                "envoy.path_a_b"
+            ]
         );
         let login = &t.rules[1];
         assert_eq!(

@@ -434,12 +434,13 @@ impl RulesPort for ConsoleService {
         tenant: &str,
         yaml: &str,
         apply: bool,
+        expect: Option<&str>,
     ) -> Result<ImportPreview, AppError> {
         let actor = self.actor().await?;
         let translation = crate::admin::import::translate(yaml).map_err(AppError::Invalid)?;
         let plan = self
             .admin
-            .import_descriptor_rules(&actor, tenant, &translation.rules, apply)
+            .import_descriptor_rules(&actor, tenant, &translation.rules, apply, expect)
             .await
             .map_err(service_error)?;
         Ok(ImportPreview {
@@ -449,6 +450,7 @@ impl RulesPort for ConsoleService {
             delete: plan.delete.into_iter().map(|(_, name)| name).collect(),
             unchanged: plan.unchanged,
             notes: translation.notes,
+            fingerprint: plan.fingerprint,
             applied: plan.applied,
         })
     }

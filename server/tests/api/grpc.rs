@@ -633,6 +633,37 @@ async fn an_envoy_ratelimit_file_imported_by_the_cli_decides_as_the_file_says() 
         ["all", "envoy.remote_address"]
     );
 
+    // An import the tenant's quota of rules cannot hold is refused whole.
+    let (status, _, body) = app
+        .call(
+            "PUT",
+            &format!("/v1/admin/tenants/{}/quotas", t.id),
+            Some(&op),
+            Some(&json!({ "max_rules": 3, "max_keys": 50, "max_live_buckets": 1000 })),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .args([
+            "import",
+            "envoy-ratelimit",
+            file,
+            "--tenant",
+            &t.id,
+            "--apply",
+        ])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("quota is 3"), "{stderr}");
+    assert_eq!(
+        rule_names(&app, &op, &t.id).await,
+        ["all", "envoy.remote_address"]
+    );
+
     // A file that is not a configuration changes nothing and says why.
     std::fs::write(shorter.path(), "domain: edge\ndescriptors:\n  - key: k\n    rate_limit: { unit: fortnight, requests_per_unit: 1 }\n").unwrap();
     let refused = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
@@ -707,7 +738,7 @@ fn the_example_envoy_configuration_parses_with_envoys_own_protos() {
 }
 
 #[tokio::test]
-async fn a_limit_override_is_taken_only_where_the_rule_allows_it_and_counts_in_its_own_bucket() {
+async fn a_limit_override_is_taken_only_where_the_rule_allows_it_and_counts_in_its_own_window() {
     let (app, op) = embedded_grpc().await;
     let mut flexible = descriptor_rule("flexible", &[("api", Some("upload"))], 100);
     flexible["allow_override"] = json!(true);
@@ -728,16 +759,19 @@ async fn a_limit_override_is_taken_only_where_the_rule_allows_it_and_counts_in_i
         }
         call(&name, &t.check_key, json!([d]))
     };
-    let two_a_minute = json!({ "requests_per_unit": 2, "unit": "MINUTE" });
+    let per_minute = |n: u64| json!({ "requests_per_unit": n, "unit": "MINUTE" });
     let answers = calls(
         &app,
         vec![
-            upload(two_a_minute.clone()),
-            upload(two_a_minute.clone()),
-            upload(two_a_minute.clone()),
+            upload(per_minute(2)),
+            upload(per_minute(2)),
+            upload(per_minute(2)),
             // Without the override: the rule's own limit, in its own bucket, untouched.
             upload(Value::Null),
-            // Another limit is another bucket.
+            // Another limit per minute compares the same minute's count (2) with itself,
+            // as envoyproxy/ratelimit does: varying the limit mints no fresh budget.
+            upload(per_minute(5)),
+            // Another unit is another window.
             upload(json!({ "requests_per_unit": 5, "unit": "HOUR" })),
             // A rule that does not allow it refuses, and so does a limit the limiter cannot take.
             call(
@@ -745,27 +779,29 @@ async fn a_limit_override_is_taken_only_where_the_rule_allows_it_and_counts_in_i
                 &t.check_key,
                 json!([{ "entries": [["api", "search"]], "limit": 5 }]),
             ),
-            upload(json!({ "requests_per_unit": 0, "unit": "MINUTE" })),
+            upload(per_minute(0)),
             upload(json!({ "requests_per_unit": 5, "unit": "UNKNOWN" })),
         ],
     )
     .await;
     assert_eq!(
-        codes(&answers[..5]),
-        ["OK", "OK", "OVER_LIMIT", "OK", "OK"],
+        codes(&answers[..6]),
+        ["OK", "OK", "OVER_LIMIT", "OK", "OK", "OK"],
         "{answers:#?}"
     );
     let limit = |i: usize| answers[i]["statuses"][0]["limit"].clone();
+    let remaining = |i: usize| answers[i]["statuses"][0]["remaining"].clone();
     assert_eq!(limit(0)["name"], "flexible");
     assert_eq!(limit(0)["requests_per_unit"], 2);
     assert_eq!(limit(0)["unit"], "MINUTE");
-    assert_eq!(answers[1]["statuses"][0]["remaining"], 0);
+    assert_eq!(remaining(1), 0);
     assert_eq!(limit(3)["requests_per_unit"], 100);
-    assert_eq!(answers[3]["statuses"][0]["remaining"], 99);
+    assert_eq!(remaining(3), 99);
     assert_eq!(limit(4)["requests_per_unit"], 5);
-    assert_eq!(limit(4)["unit"], "HOUR");
-    assert_eq!(answers[4]["statuses"][0]["remaining"], 4);
-    for (i, says) in [(5, "\"fixed\""), (6, "requests_per_unit"), (7, "unit")] {
+    assert_eq!(remaining(4), 2, "{:#}", answers[4]);
+    assert_eq!(limit(5)["unit"], "HOUR");
+    assert_eq!(remaining(5), 4);
+    for (i, says) in [(6, "\"fixed\""), (7, "requests_per_unit"), (8, "unit")] {
         assert_eq!(answers[i]["grpc"], "INVALID_ARGUMENT", "{:#}", answers[i]);
         assert!(
             answers[i]["message"].as_str().unwrap().contains(says),
@@ -787,4 +823,18 @@ async fn a_limit_override_is_taken_only_where_the_rule_allows_it_and_counts_in_i
         .await;
     assert_eq!(status, 400, "{body}");
     assert!(body.to_string().contains("allow_override"), "{body}");
+    // ... and only one that counts in windows.
+    let mut bucket = descriptor_rule("bucket", &[("api", Some("other"))], 10);
+    bucket["algorithm"] = json!("token_bucket");
+    bucket["allow_override"] = json!(true);
+    let (status, _, body) = app
+        .call(
+            "POST",
+            &format!("/v1/admin/tenants/{}/rules", t.id),
+            Some(&op),
+            Some(&bucket),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.to_string().contains("fixed_window"), "{body}");
 }
