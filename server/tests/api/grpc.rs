@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use serde_json::{json, Value};
 use sluice::config::Config;
 
-use crate::helpers::{rule, setup_tenant, sluice, spawn_app, TenantSetup, TestApp};
+use crate::helpers::{rule, setup_tenant, sluice, sluice_fails, spawn_app, TenantSetup, TestApp};
 use crate::services::{shared_postgres, RedisServer};
 
 /// Runs the Envoy client with `job` (targets, calls, concurrent) and returns its answers.
@@ -643,21 +643,17 @@ async fn an_envoy_ratelimit_file_imported_by_the_cli_decides_as_the_file_says() 
         )
         .await;
     assert_eq!(status, 200, "{body}");
-    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .env_clear()
-        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-        .args([
+    let stderr = sluice_fails(
+        &env,
+        &[
             "import",
             "envoy-ratelimit",
             file,
             "--tenant",
             &t.id,
             "--apply",
-        ])
-        .output()
-        .unwrap();
-    assert!(!refused.status.success());
-    let stderr = String::from_utf8_lossy(&refused.stderr);
+        ],
+    );
     assert!(stderr.contains("quota is 3"), "{stderr}");
     assert_eq!(
         rule_names(&app, &op, &t.id).await,
@@ -666,21 +662,17 @@ async fn an_envoy_ratelimit_file_imported_by_the_cli_decides_as_the_file_says() 
 
     // A file that is not a configuration changes nothing and says why.
     std::fs::write(shorter.path(), "domain: edge\ndescriptors:\n  - key: k\n    rate_limit: { unit: fortnight, requests_per_unit: 1 }\n").unwrap();
-    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .env_clear()
-        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-        .args([
+    let stderr = sluice_fails(
+        &env,
+        &[
             "import",
             "envoy-ratelimit",
             shorter.path().to_str().unwrap(),
             "--tenant",
             &t.id,
             "--apply",
-        ])
-        .output()
-        .unwrap();
-    assert!(!refused.status.success());
-    let stderr = String::from_utf8_lossy(&refused.stderr);
+        ],
+    );
     assert!(stderr.contains("unknown unit \"fortnight\""), "{stderr}");
     assert_eq!(
         rule_names(&app, &op, &t.id).await,

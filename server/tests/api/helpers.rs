@@ -269,19 +269,35 @@ pub fn rule(
     rule
 }
 
-/// Runs the `sluice` binary with `args` against the store and Redis in `env`; returns stdout.
-pub fn sluice(env: &[(&str, String)], args: &[&str]) -> String {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+/// Runs the `sluice` binary with `args` against the store and Redis in `env`.
+fn run_sluice(env: &[(&str, String)], args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .args(args)
         .output()
-        .expect("the sluice binary runs");
+        .expect("the sluice binary runs")
+}
+
+/// Runs `sluice` with `args`, which must succeed; returns stdout.
+pub fn sluice(env: &[(&str, String)], args: &[&str]) -> String {
+    let out = run_sluice(env, args);
     assert!(
         out.status.success(),
         "sluice {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
+}
+
+/// Runs `sluice` with `args`, which must fail; returns stderr.
+pub fn sluice_fails(env: &[(&str, String)], args: &[&str]) -> String {
+    let out = run_sluice(env, args);
+    assert!(
+        !out.status.success(),
+        "sluice {args:?} succeeded: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
 }
