@@ -20,7 +20,7 @@
 //!
 //! A p99 over one phase on a shared 2-core machine moves by several times from one phase to
 //! the next with nothing changed, so the paced phases are then run again `--rounds` times
-//! (5 by default), interleaved (alone, sign-ins, control, alone, …): the verdict is the median
+//! (9 by default), interleaved (alone, sign-ins, control, alone, …): the verdict is the median
 //! over rounds of each phase's p99, and of each round's ratio to the checks alone beside it.
 //!
 //! Run: `scripts/bench` (it builds the release server first), or alone:
@@ -218,7 +218,7 @@ async fn main() {
     let rate = arg("--rate", 2_000);
     let sign_in_rate = arg("--sign-in-rate", 10);
     let saturating_clients = arg("--saturating-clients", 16) as usize;
-    let rounds = arg("--rounds", 5) as usize;
+    let rounds = arg("--rounds", 9) as usize;
     let lower_attackers = arg("--lower-attackers", 1) == 1;
     let attack_runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

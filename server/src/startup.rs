@@ -26,6 +26,7 @@ use crate::store::Db;
 use crate::telemetry::{logging, Metrics};
 use crate::transport::client_ip::{Block, TrustedProxies};
 use crate::transport::console::ConsoleService;
+use crate::transport::console_runtime::ConsoleRuntime;
 use crate::transport::listener::{serve, ConnectionLimits};
 use crate::transport::router::{metrics_router, router};
 use crate::transport::state::{App, AppState};
@@ -70,6 +71,8 @@ pub struct Application {
     proxies: TrustedProxies,
     router: Router,
     metrics_router: Option<Router>,
+    /// The threads console work runs on; stopped when the application ends.
+    console_runtime: ConsoleRuntime,
     db: Db,
     dashboard: Dashboard,
     tasks: Tasks,
@@ -179,6 +182,9 @@ impl Application {
             .as_ref()
             .map(|_| metrics_router(state.clone()));
         let grpc = bind_grpc(&config).await?.map(|l| (l, state.clone()));
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let console_runtime = ConsoleRuntime::start(cores)
+            .context("cannot start the console's threads (is the process out of threads?)")?;
         Ok(Self {
             bootstrap_password,
             proxies: trusted_proxies(&config)?,
@@ -190,8 +196,9 @@ impl Application {
             listener,
             metrics_listener,
             grpc,
-            router: router(state),
+            router: router(state, console_runtime.handle()),
             metrics_router,
+            console_runtime,
             db,
             dashboard,
             tasks,
@@ -296,6 +303,8 @@ impl Application {
                 .context("the gRPC server failed")?;
         }
         self.tasks.stop();
+        // Every connection has been answered, so no console work is left waiting.
+        drop(self.console_runtime);
         self.db.close().await;
         tracing::info!("stopped");
         Ok(())

@@ -76,6 +76,11 @@ pub struct RedisOptions {
 #[derive(Clone)]
 pub struct RedisClient {
     conns: Arc<[Conn]>,
+    /// The runtime the client was made on (the server's, where checks run). A command sent
+    /// from another runtime (the console's) runs as a task of this one, so a connection it has
+    /// to make again is driven by the check path's threads, never by the console's
+    /// lower-priority ones.
+    home: tokio::runtime::Handle,
     next: Arc<AtomicUsize>,
     timeout: Duration,
     nodes: Arc<Nodes>,
@@ -142,6 +147,36 @@ enum Conn {
     Cluster(ClusterConnection),
 }
 
+/// What one query sends.
+#[derive(Clone, Copy)]
+enum Sent<'a> {
+    Cmd(&'a redis::Cmd),
+    Pipeline(&'a redis::Pipeline),
+}
+
+impl Conn {
+    /// Sends `sent` and waits for its reply until `deadline`.
+    async fn query<T: redis::FromRedisValue>(
+        &self,
+        sent: Sent<'_>,
+        deadline: tokio::time::Instant,
+    ) -> Result<redis::RedisResult<T>, tokio::time::error::Elapsed> {
+        let reply = async {
+            match (self, sent) {
+                (Conn::Single(conn), Sent::Cmd(cmd)) => cmd.query_async(&mut conn.clone()).await,
+                (Conn::Cluster(conn), Sent::Cmd(cmd)) => cmd.query_async(&mut conn.clone()).await,
+                (Conn::Single(conn), Sent::Pipeline(pipe)) => {
+                    pipe.query_async(&mut conn.clone()).await
+                }
+                (Conn::Cluster(conn), Sent::Pipeline(pipe)) => {
+                    pipe.query_async(&mut conn.clone()).await
+                }
+            }
+        };
+        tokio::time::timeout_at(deadline, reply).await
+    }
+}
+
 impl std::fmt::Debug for RedisClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisClient")
@@ -192,6 +227,7 @@ impl RedisClient {
     fn from_conns(conns: Vec<Conn>, timeout: Duration) -> Self {
         Self {
             conns: conns.into(),
+            home: tokio::runtime::Handle::current(),
             next: Arc::new(AtomicUsize::new(0)),
             timeout,
             nodes: Arc::default(),
@@ -263,7 +299,7 @@ impl RedisClient {
         }
         if self.nodes.slots_due() && !self.nodes.reading.swap(true, Ordering::AcqRel) {
             let client = self.clone();
-            tokio::spawn(async move {
+            self.home.spawn(async move {
                 match client.shard_map().await {
                     Ok(Some(map)) => {
                         *client
@@ -297,12 +333,15 @@ impl RedisClient {
 
     /// Sends one command (routed by its first key on a Cluster; `route_key` names it for the
     /// node's breaker) and waits at most the client's deadline for its reply.
-    pub async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, Error> {
+    pub async fn query<T: redis::FromRedisValue + Send + 'static>(
+        &self,
+        cmd: &redis::Cmd,
+    ) -> Result<T, Error> {
         self.query_routed(cmd, None).await
     }
 
     /// [`RedisClient::query`] for a command whose first key is `route_key`.
-    pub async fn query_routed<T: redis::FromRedisValue>(
+    pub async fn query_routed<T: redis::FromRedisValue + Send + 'static>(
         &self,
         cmd: &redis::Cmd,
         route_key: Option<&str>,
@@ -337,7 +376,7 @@ impl RedisClient {
             // Redis is back: let every connection of the pool reconnect now, off the check
             // path, rather than one failed check each.
             let client = self.clone();
-            tokio::spawn(async move { client.reconnect_all().await });
+            self.home.spawn(async move { client.reconnect_all().await });
         }
         result
     }
@@ -356,7 +395,7 @@ impl RedisClient {
     /// connection manager reconnects, and the command is sent once more on it, then on each
     /// other connection of the pool, all within the same deadline. A script call that changes counters carries an idempotency id (see
     /// `lua/check.lua`), so that second send cannot consume twice.
-    async fn send<T: redis::FromRedisValue>(
+    async fn send<T: redis::FromRedisValue + Send + 'static>(
         &self,
         cmd: &redis::Cmd,
         deadline: tokio::time::Instant,
@@ -377,19 +416,23 @@ impl RedisClient {
         result
     }
 
-    async fn send_on<T: redis::FromRedisValue>(
+    async fn send_on<T: redis::FromRedisValue + Send + 'static>(
         &self,
         i: usize,
         cmd: &redis::Cmd,
         deadline: tokio::time::Instant,
     ) -> Result<T, Error> {
-        let reply = match &self.conns[i] {
-            Conn::Single(conn) => {
-                tokio::time::timeout_at(deadline, cmd.query_async(&mut conn.clone())).await
-            }
-            Conn::Cluster(conn) => {
-                tokio::time::timeout_at(deadline, cmd.query_async(&mut conn.clone())).await
-            }
+        let reply = if self.away_from_home() {
+            let (conn, cmd) = (self.conns[i].clone(), cmd.clone());
+            let task = self
+                .home
+                .spawn(async move { conn.query(Sent::Cmd(&cmd), deadline).await });
+            task.await.unwrap_or(Ok(Err(redis::RedisError::from((
+                redis::ErrorKind::IoError,
+                "the server is stopping",
+            )))))
+        } else {
+            self.conns[i].query(Sent::Cmd(cmd), deadline).await
         };
         match reply {
             Ok(result) => Ok(result?),
@@ -397,20 +440,34 @@ impl RedisClient {
         }
     }
 
+    /// Whether the caller runs on another runtime than the client's own.
+    fn away_from_home(&self) -> bool {
+        tokio::runtime::Handle::try_current().is_ok_and(|here| here.id() != self.home.id())
+    }
+
     /// Sends a pipeline (every key in one Cluster slot) within the configured deadline.
-    pub async fn pipeline<T: redis::FromRedisValue>(
+    pub async fn pipeline<T: redis::FromRedisValue + Send + 'static>(
         &self,
         pipe: &redis::Pipeline,
     ) -> Result<T, Error> {
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len();
+        let deadline = tokio::time::Instant::now() + self.timeout;
         self.guarded(None, || async {
-            match &self.conns[i] {
-                Conn::Single(conn) => {
-                    within(self.timeout, pipe.query_async(&mut conn.clone())).await
-                }
-                Conn::Cluster(conn) => {
-                    within(self.timeout, pipe.query_async(&mut conn.clone())).await
-                }
+            let reply = if self.away_from_home() {
+                let (conn, pipe) = (self.conns[i].clone(), pipe.clone());
+                let task = self
+                    .home
+                    .spawn(async move { conn.query(Sent::Pipeline(&pipe), deadline).await });
+                task.await.unwrap_or(Ok(Err(redis::RedisError::from((
+                    redis::ErrorKind::IoError,
+                    "the server is stopping",
+                )))))
+            } else {
+                self.conns[i].query(Sent::Pipeline(pipe), deadline).await
+            };
+            match reply {
+                Ok(result) => Ok(result?),
+                Err(_) => Err(Error::Timeout(self.timeout)),
             }
         })
         .await
@@ -428,7 +485,7 @@ impl RedisClient {
     /// restart or `SCRIPT FLUSH`), which also loads it again; the caller never sees the error.
     /// `route_key` is the script's first key: its node's breaker guards the call, and one
     /// deadline covers both sends.
-    pub async fn run_script<T: redis::FromRedisValue>(
+    pub async fn run_script<T: redis::FromRedisValue + Send + 'static>(
         &self,
         script: &redis::Script,
         source: &str,

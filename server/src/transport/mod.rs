@@ -5,6 +5,7 @@
 //! - [`grpc`]: Envoy's rate limit service (gRPC `ShouldRateLimit`) over the same core;
 //! - [`admin_api`]: `/v1/admin/*` over the admin service ([`crate::admin`]);
 //! - [`console`]: the console's server functions (sessions, sign-in) over the same service;
+//!   [`console_runtime`]: the threads every request but a check or a probe runs on;
 //! - [`listener`]: accepting connections, with header and idle timeouts and a cap;
 //! - [`live`]: `GET /live/dashboard`, the dashboards' server-sent events;
 //!   [`stream_slots`]: how many streams each session holds open;
@@ -22,6 +23,7 @@ pub mod browser;
 pub mod check;
 pub mod client_ip;
 pub mod console;
+pub mod console_runtime;
 pub mod credentials;
 pub mod error;
 pub mod grpc;

@@ -8,7 +8,7 @@ use tower_sessions::cookie::SameSite;
 use tower_sessions::{Expiry, SessionManagerLayer};
 
 use super::state::AppState;
-use super::{admin_api, browser, check, live, openapi, ops};
+use super::{admin_api, browser, check, console_runtime, live, openapi, ops};
 use crate::store::sessions::SqlSessionStore;
 
 /// Idle console sessions end after this many hours.
@@ -25,8 +25,9 @@ pub fn session_cookie(secure: bool) -> &'static str {
     }
 }
 
-/// The router of one instance.
-pub fn router(state: AppState) -> Router {
+/// The router of one instance. Every request but a check or a probe is handed to the
+/// `console` runtime ([`console_runtime`]).
+pub fn router(state: AppState, console_threads: tokio::runtime::Handle) -> Router {
     let sessions = SessionManagerLayer::new(SqlSessionStore::new(state.db.clone()))
         .with_name(session_cookie(state.secure_cookies))
         .with_http_only(true)
@@ -69,6 +70,10 @@ pub fn router(state: AppState) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             ops::track,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            console_threads,
+            console_runtime::hand_over,
         ))
         .with_state(state)
 }
