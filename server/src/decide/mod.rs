@@ -8,6 +8,8 @@
 //! - [`tenant`]: [`CompiledTenant`], a tenant's rules arranged for resolving a route;
 //! - [`plan`]: the limiter's view of the matching rules, and the deciding rule;
 //! - [`error`]: [`DecideError`], why the core gives no decision;
+//! - [`deny_cache`]: [`DenyCache`], a check the limiter has just denied, denied again without
+//!   a limiter call while it is certain the limiter would deny it too;
 //! - here: [`Decider::decide`], used by `/v1/check`, by simulate (a dry run) and by the
 //!   console's own sign-in limit. It counts what it decides on `/metrics` and in the
 //!   dashboards' current second, and answers each rule's failure mode when the limiter
@@ -15,6 +17,7 @@
 //!
 //! Nothing here knows HTTP, JSON bodies of responses, or sessions.
 
+pub mod deny_cache;
 pub mod error;
 pub mod identity;
 pub mod input;
@@ -27,6 +30,7 @@ use std::time::Instant;
 use app::rules::model::Decision;
 use app::rules::FailureMode;
 
+pub use deny_cache::DenyCache;
 pub use error::DecideError;
 pub use identity::{Identities, UsageRecorder};
 pub use input::{CheckInput, Descriptor, InputError, LimitOverride, MAX_DESCRIPTORS};
@@ -174,6 +178,14 @@ impl Decider {
             dry_run: mode == Mode::DryRun,
             max_live_keys: tenant.max_live_buckets,
         };
+        // A check the limiter has just denied, and surely would again, is denied here.
+        let cacheable = mode != Mode::DryRun && DenyCache::eligible(&request);
+        let sent = DenyCache::clock(&request);
+        if cacheable {
+            if let Some(denial) = tenant.denials.denied(&request, sent) {
+                return Ok(self.denied_here(tenant_id, rules, denial, counted));
+            }
+        }
         let started = Instant::now();
         let outcome = self.limiter.check(&request).await;
         if counted {
@@ -218,6 +230,9 @@ impl Decider {
             ))
             .into());
         }
+        if cacheable {
+            tenant.denials.remember(&request, &outcome, sent);
+        }
         let deciding = plan::deciding_rule(&rules, &outcome.decisions, outcome.allowed);
         if counted {
             for (rule, decision) in rules.iter().zip(&outcome.decisions) {
@@ -242,6 +257,31 @@ impl Decider {
             now_ms: outcome.now_ms,
             local: false,
         }))
+    }
+
+    /// A denial answered from the deny cache: counted like any other denial, and once more
+    /// as a cached one.
+    fn denied_here(
+        &self,
+        tenant_id: &str,
+        rules: Vec<Arc<Rule>>,
+        denial: deny_cache::CachedDenial,
+        counted: bool,
+    ) -> Answer {
+        let deciding = plan::deciding_rule(&rules, &denial.decisions, false);
+        if counted {
+            self.metrics
+                .outcome(tenant_id, &rules[deciding].body.name, Outcome::Denied);
+            self.metrics.cached_denial();
+        }
+        Answer::Decided(Decided {
+            allowed: false,
+            rules,
+            decisions: denial.decisions,
+            deciding,
+            now_ms: denial.now_ms,
+            local: false,
+        })
     }
 
     /// The limiter could not decide: any enforced fail-closed rule refuses (503 over HTTP);

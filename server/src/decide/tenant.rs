@@ -8,6 +8,7 @@ use std::sync::Arc;
 use app::rules::MatchKind;
 use app::tenants::TenantStatus;
 
+use super::deny_cache::DenyCache;
 use crate::limiter::MAX_RULES;
 use crate::store::rules::Rule;
 use crate::store::tenants::Tenant;
@@ -19,7 +20,7 @@ use crate::store::tenants::Tenant;
 pub const MAX_RULES_PER_MATCH: usize = MAX_RULES / 2;
 
 /// A tenant's status and its enabled rules, compiled for matching.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct CompiledTenant {
     pub tenant: Tenant,
     exact: HashMap<String, Vec<Arc<Rule>>>,
@@ -31,6 +32,9 @@ pub struct CompiledTenant {
     descriptors: HashMap<Vec<String>, Vec<Arc<Rule>>>,
     /// The tenant's quota of live buckets (and request_id records); `None`: none.
     pub max_live_buckets: Option<u64>,
+    /// The checks the limiter has just denied ([`DenyCache`]): compiled empty, and gone
+    /// with the compiled tenant whenever a change to the tenant is announced.
+    pub denials: Arc<DenyCache>,
 }
 
 impl CompiledTenant {
@@ -43,6 +47,7 @@ impl CompiledTenant {
             all: Vec::new(),
             descriptors: HashMap::new(),
             max_live_buckets: None,
+            denials: Arc::default(),
         };
         for rule in rules.into_iter().filter(|r| r.body.enabled) {
             let rule = Arc::new(rule);

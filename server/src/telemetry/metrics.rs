@@ -44,6 +44,7 @@ pub struct Metrics {
     redis_breaker_refused: prometheus::IntCounter,
     /// Checks decided in process because the limiter could not decide (`local` rules).
     local_decisions: prometheus::IntCounter,
+    cached_denials: prometheus::IntCounter,
     /// Loads of keys and tenants from the store (cache misses and refreshes, coalesced).
     cache_loads: IntCounterVec,
     /// Subscriptions to admin changes made (the first, and each after a lost one).
@@ -184,6 +185,11 @@ impl Metrics {
             "Checks decided in this instance with its share of the limit, because the limiter could not decide (failure_mode local).",
         )
         .expect("valid metric");
+        let cached_denials = prometheus::IntCounter::new(
+            "cached_denials_total",
+            "Checks denied by this instance's deny cache without a limiter call, because the limiter had just denied the same check and its capacity cannot have come back yet (each is also counted in decisions_total).",
+        )
+        .expect("valid metric");
         let cache_loads = counter(
             "cache_loads_total",
             "Keys and tenants loaded from the store (one per id at a time, however many checks miss it).",
@@ -202,6 +208,7 @@ impl Metrics {
         for collector in [
             Box::new(http_in_flight.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(local_decisions.clone()),
+            Box::new(cached_denials.clone()),
             Box::new(cache_loads.clone()),
             Box::new(change_subscriptions.clone()),
             Box::new(redis_breaker_open.clone()),
@@ -238,6 +245,7 @@ impl Metrics {
             redis_breaker_open,
             redis_breaker_refused,
             local_decisions,
+            cached_denials,
             cache_loads,
             change_subscriptions,
             http_in_flight,
@@ -313,6 +321,11 @@ impl Metrics {
     /// Counts one check decided in process by `local` rules.
     pub fn local_decision(&self) {
         self.local_decisions.inc();
+    }
+
+    /// Counts one check denied from the deny cache.
+    pub fn cached_denial(&self) {
+        self.cached_denials.inc();
     }
 
     /// Counts one load of `cache` (`key` or `tenant`) from the store.

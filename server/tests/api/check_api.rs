@@ -988,7 +988,16 @@ async fn a_steady_state_check_runs_no_sql_and_one_redis_command() {
         &app,
         &op,
         &[
-            limited(),
+            // Roomy enough that all ten checks are allowed: a denial may be answered
+            // without Redis (a_deny_flood_reaches_redis_at_most_once_in_twenty_denials…).
+            rule(
+                "limited",
+                "exact",
+                Some("GET /limited"),
+                "token_bucket",
+                1000,
+                60_000,
+            ),
             rule("all", "all", None, "sliding_window", 1000, 1000),
         ],
     )
@@ -1340,4 +1349,140 @@ async fn past_the_live_bucket_quota_new_subjects_are_429_and_a_raised_quota_appl
         .call("PUT", &quotas, Some(&t.admin_key), Some(&body))
         .await;
     assert_eq!(status, 403);
+}
+
+/// `calls` of `INFO commandstats` for EVALSHA and EVAL together: every limiter call (and the
+/// dashboards' once-a-second write, which only makes the count higher).
+fn script_calls(redis: &RedisServer) -> u64 {
+    redis
+        .cli(&["INFO", "commandstats"])
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| l.split(&[':', ',']).find_map(|f| f.strip_prefix("calls=")))
+        .map(|n| n.trim().parse::<u64>().unwrap())
+        .sum()
+}
+
+#[tokio::test]
+async fn a_deny_flood_reaches_redis_at_most_once_in_twenty_denials_and_each_is_counted() {
+    let redis = RedisServer::start();
+    let database = shared_postgres().fresh_database().await;
+    let instances = [
+        distributed(&database, &redis.url()).await,
+        distributed(&database, &redis.url()).await,
+    ];
+    let (flooded, other) = (&instances[0], &instances[1]);
+    let op = flooded.operator_key().await;
+    let t = setup_tenant(
+        flooded,
+        &op,
+        &[rule(
+            "one",
+            "exact",
+            Some("GET /one"),
+            "fixed_window",
+            1,
+            3_600_000,
+        )],
+    )
+    .await;
+    let route = json!({ "route": "GET /one", "subject": "flooder" });
+    assert_eq!(flooded.check(&t.check_key, route.clone()).await.0, 200);
+    let denied_before = flooded
+        .metric("sluice_decisions_total{outcome=\"denied\",policy=\"one\"}")
+        .await;
+    let calls_before = script_calls(&redis);
+
+    // 20 clients, 100 checks each, all over the limit.
+    let client = reqwest::Client::new();
+    let statuses: Vec<u16> = join_all((0..20).map(|_| {
+        let (client, route, key) = (client.clone(), route.clone(), t.check_key.clone());
+        let url = format!("http://{}/v1/check", flooded.address);
+        async move {
+            let mut statuses = Vec::new();
+            for _ in 0..100 {
+                let response = client
+                    .post(&url)
+                    .bearer_auth(&key)
+                    .json(&route)
+                    .send()
+                    .await
+                    .unwrap();
+                let status = response.status().as_u16();
+                if status == 429 {
+                    let body: Value = response.json().await.unwrap();
+                    assert_eq!(body["allowed"], false, "{body}");
+                    assert_eq!(body["policy"], "one", "{body}");
+                }
+                statuses.push(status);
+            }
+            statuses
+        }
+    }))
+    .await
+    .concat();
+    let denials = statuses.iter().filter(|s| **s == 429).count() as u64;
+    assert_eq!(
+        denials, 2_000,
+        "every check of the flood is denied: {statuses:?}"
+    );
+    let calls = script_calls(&redis) - calls_before;
+    assert!(
+        calls * 20 <= denials,
+        "{calls} script calls for {denials} denials (at most one in twenty)"
+    );
+    // Each denial is counted like any other, and the cached ones apart as well.
+    let denied = flooded
+        .metric("sluice_decisions_total{outcome=\"denied\",policy=\"one\"}")
+        .await;
+    assert_eq!(denied - denied_before, denials as f64);
+    let cached = flooded.metric("sluice_cached_denials_total").await;
+    assert!(
+        cached >= (denials - calls) as f64,
+        "{cached} answered from the cache, {calls} script calls"
+    );
+
+    // The limit raised on the other instance: the flooded one admits as soon as the change
+    // reaches it, whatever it remembered.
+    let (_, _, rules) = other
+        .call(
+            "GET",
+            &format!("/v1/admin/tenants/{}/rules", t.id),
+            Some(&t.admin_key),
+            None,
+        )
+        .await;
+    let id = rules.as_array().unwrap()[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (status, _, body) = other
+        .call(
+            "PUT",
+            &format!("/v1/admin/tenants/{}/rules/{id}", t.id),
+            Some(&t.admin_key),
+            Some(&rule(
+                "one",
+                "exact",
+                Some("GET /one"),
+                "fixed_window",
+                5,
+                3_600_000,
+            )),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let started = Instant::now();
+    loop {
+        let (status, _, body) = flooded.check(&t.check_key, route.clone()).await;
+        if status == 200 {
+            assert_eq!(body["limit"], 5, "{body}");
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "the raised limit admits within the propagation time: {status} {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
