@@ -18,8 +18,9 @@ KEYS[n+1]    the idempotency record `slr:{<tenant>}:<hash>`: of the caller's req
              an id the server made for this one call, so that a resend after a lost reply
              returns the first decision (always passed; used only when ARGV[2] > 0)
 KEYS[n+2]    the tenant's active-key HyperLogLog for this minute, `slk:{<tenant>}:<minute>`:
-             every bucket checked is added to it (not in a dry run), so the dashboards can
-             count active keys with PFCOUNT and no KEYS or SCAN
+             every bucket checked is added to it (not in a dry run; by each instance once a
+             minute, ARGV[6+7n]), so the dashboards can count active keys with PFCOUNT and
+             no KEYS or SCAN
 KEYS[n+3]    the tenant's live-key index `slb:{<tenant>}`: a sorted set of the buckets and
              request_id records it holds, scored by the time each expires at the earliest
              (used only when ARGV[5+7n] >= 0)
@@ -33,6 +34,8 @@ ARGV[4+7i..] per rule i: algorithm code (1 token_bucket, 2 gcra, 3 leaky_bucket,
 ARGV[4+7n]   1 when the idempotency record is the caller's request_id (it counts against the
              quota), 0 when the server made it for this one call (kept a few seconds)
 ARGV[5+7n]   the tenant's quota of live keys, or -1 for none
+ARGV[6+7n]   one character per rule: '0' when this instance has already added the rule's
+             bucket to this minute's active-key HyperLogLog, '1' (or absent) to add it
 
 Reply: { deduplicated (0/1), now, allowed (0/1),
          then per rule: verdict (1 allow, 0 deny, -1 never fits: cost above capacity),
@@ -429,11 +432,20 @@ end
 -- 0.81%). It gets its expiry when this call created it; a minute's key is written only in
 -- that minute, so the expiry is never pushed back.
 if not dry_run then
-  local active_key = KEYS[n + 2]
-  local fresh = redis.call('EXISTS', active_key) == 0
-  redis.call('PFADD', active_key, unpack(KEYS, 1, n))
-  if fresh then
-    redis.call('PEXPIRE', active_key, ACTIVE_TTL_MS)
+  local marks = ARGV[6 + 7 * n] or ''
+  local unmarked = {}
+  for i = 1, n do
+    if string.sub(marks, i, i) ~= '0' then
+      unmarked[#unmarked + 1] = KEYS[i]
+    end
+  end
+  if #unmarked > 0 then
+    local active_key = KEYS[n + 2]
+    local fresh = redis.call('EXISTS', active_key) == 0
+    redis.call('PFADD', active_key, unpack(unmarked))
+    if fresh then
+      redis.call('PEXPIRE', active_key, ACTIVE_TTL_MS)
+    end
   end
 end
 return reply

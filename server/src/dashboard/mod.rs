@@ -119,7 +119,7 @@ impl Dashboard {
         let store = match (limiter, series) {
             (_, Some(redis)) => SeriesStore::Redis(redis),
             (Limiter::InProcess(memory), None) => SeriesStore::memory(memory.clone()),
-            (Limiter::Redis(redis), None) => SeriesStore::Redis(redis.clone()),
+            (Limiter::Redis(redis, _), None) => SeriesStore::Redis(redis.clone()),
         };
         let (ticks, _) = broadcast::channel(16);
         let id = uuid::Uuid::new_v4().simple().to_string()[..12].to_owned();

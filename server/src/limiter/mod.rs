@@ -16,7 +16,7 @@ pub use check::{
     BackendKind, CheckOutcome, CheckRequest, LimiterError, RuleCheck, MAX_RULES, REQUEST_ID_TTL,
 };
 pub use memory::MemoryBackend;
-pub use redis_backend::check_script_sha;
+pub use redis_backend::{check_script_sha, ActiveMarks};
 
 use crate::config::LimiterTarget;
 pub use crate::redis_client::{keys, RedisClient, RedisOptions};
@@ -25,7 +25,8 @@ pub use crate::redis_client::{keys, RedisClient, RedisOptions};
 #[derive(Debug, Clone)]
 pub enum Limiter {
     InProcess(MemoryBackend),
-    Redis(RedisClient),
+    /// The client, and the buckets this instance has counted as active this minute.
+    Redis(RedisClient, std::sync::Arc<ActiveMarks>),
 }
 
 impl Limiter {
@@ -37,18 +38,21 @@ impl Limiter {
     ) -> Result<Self, LimiterError> {
         Ok(match target {
             LimiterTarget::InProcess => Limiter::InProcess(MemoryBackend::new()),
-            LimiterTarget::Redis(url) => Limiter::Redis(RedisClient::single(url, options).await?),
-            LimiterTarget::Cluster(nodes) => {
-                Limiter::Redis(RedisClient::cluster(nodes, options).await?)
+            LimiterTarget::Redis(url) => {
+                Limiter::Redis(RedisClient::single(url, options).await?, Default::default())
             }
+            LimiterTarget::Cluster(nodes) => Limiter::Redis(
+                RedisClient::cluster(nodes, options).await?,
+                Default::default(),
+            ),
         })
     }
 
     pub fn kind(&self) -> BackendKind {
         match self {
             Limiter::InProcess(_) => BackendKind::InProcess,
-            Limiter::Redis(redis) if redis.is_cluster() => BackendKind::RedisCluster,
-            Limiter::Redis(_) => BackendKind::Redis,
+            Limiter::Redis(redis, _) if redis.is_cluster() => BackendKind::RedisCluster,
+            Limiter::Redis(..) => BackendKind::Redis,
         }
     }
 
@@ -61,7 +65,7 @@ impl Limiter {
     pub fn redis(&self) -> Option<&RedisClient> {
         match self {
             Limiter::InProcess(_) => None,
-            Limiter::Redis(redis) => Some(redis),
+            Limiter::Redis(redis, _) => Some(redis),
         }
     }
 
@@ -69,7 +73,7 @@ impl Limiter {
     pub async fn ping(&self) -> Result<(), LimiterError> {
         match self {
             Limiter::InProcess(_) => Ok(()),
-            Limiter::Redis(redis) => Ok(redis.ping().await?),
+            Limiter::Redis(redis, _) => Ok(redis.ping().await?),
         }
     }
 
@@ -80,7 +84,7 @@ impl Limiter {
         request.validate()?;
         match self {
             Limiter::InProcess(memory) => memory.check(request),
-            Limiter::Redis(redis) => redis_backend::check(redis, request).await,
+            Limiter::Redis(redis, marks) => redis_backend::check(redis, marks, request).await,
         }
     }
 }

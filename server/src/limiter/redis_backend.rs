@@ -2,7 +2,9 @@
 //! instance's Redis client ([`crate::redis_client`]): `EVALSHA`, or `EVAL` after a
 //! `NOSCRIPT`, within the client's deadline. Here: the script's arguments and its reply.
 
-use std::sync::LazyLock;
+use std::collections::HashSet;
+use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+use std::sync::{LazyLock, Mutex};
 
 use app::rules::model::{Decision, Verdict};
 use app::rules::Algorithm;
@@ -24,6 +26,7 @@ const CHECK_SOURCE: &str = include_str!("../../../lua/check.lua");
 /// decision instead of consuming again.
 pub async fn check(
     redis: &RedisClient,
+    marks: &ActiveMarks,
     request: &CheckRequest,
 ) -> Result<CheckOutcome, LimiterError> {
     let (dedup_key, dedup_ttl_ms) = if request.dry_run {
@@ -35,12 +38,79 @@ pub async fn check(
         let call = format!("call:{}", uuid::Uuid::new_v4().simple());
         (keys::request(&request.tenant, &call), call_ttl_ms(redis))
     };
+    let now_ms = request.now_ms.unwrap_or_else(crate::store::now_ms);
+    let minute = now_ms.div_euclid(60_000);
+    let unmarked = marks.unmarked(minute, request);
     let reply: Value = redis
         .run_script(&CHECK, CHECK_SOURCE, &request.rules[0].key, |cmd| {
-            add_script_args(cmd, request, &dedup_key, dedup_ttl_ms)
+            add_script_args(cmd, request, &dedup_key, dedup_ttl_ms, minute, &unmarked)
         })
         .await?;
-    parse_reply(reply, request)
+    let outcome = parse_reply(reply, request)?;
+    if !request.dry_run {
+        marks.mark(minute, request);
+    }
+    Ok(outcome)
+}
+
+/// The buckets this instance has added to the current minute's active-key HyperLogLog. The
+/// script adds a bucket the first time this instance checks it in a minute rather than on
+/// every call: two Redis commands (`EXISTS`, `PFADD`) fewer for nearly every check, and the
+/// same count, since the HyperLogLog of a minute holds each bucket checked in it once. A
+/// bucket is marked only after its call succeeded. At most [`ActiveMarks::CAP`] buckets are
+/// remembered a minute; past that, every call adds its buckets, as before.
+#[derive(Debug, Default)]
+pub struct ActiveMarks {
+    minute: Mutex<(i64, HashSet<u64, BuildHasherDefault<DefaultHasher>>)>,
+}
+
+impl ActiveMarks {
+    pub const CAP: usize = 200_000;
+
+    fn id(key: &str) -> u64 {
+        BuildHasherDefault::<DefaultHasher>::default().hash_one(key)
+    }
+
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, (i64, HashSet<u64, BuildHasherDefault<DefaultHasher>>)> {
+        self.minute
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// For each rule of `request`, `'1'` when its bucket is not yet marked this `minute`.
+    fn unmarked(&self, minute: i64, request: &CheckRequest) -> String {
+        let marks = self.lock();
+        request
+            .rules
+            .iter()
+            .map(|r| {
+                if marks.0 == minute && marks.1.contains(&Self::id(&r.key)) {
+                    '0'
+                } else {
+                    '1'
+                }
+            })
+            .collect()
+    }
+
+    /// Marks the buckets of `request` as added this `minute`.
+    fn mark(&self, minute: i64, request: &CheckRequest) {
+        let mut marks = self.lock();
+        if marks.0 != minute {
+            if minute < marks.0 {
+                return;
+            }
+            *marks = (minute, HashSet::default());
+        }
+        for rule in &request.rules {
+            if marks.1.len() >= Self::CAP {
+                return;
+            }
+            marks.1.insert(Self::id(&rule.key));
+        }
+    }
 }
 
 /// How long the record of one call is kept: its resend comes within the same deadline, so a
@@ -73,15 +143,16 @@ fn add_script_args(
     request: &CheckRequest,
     dedup_key: &str,
     dedup_ttl_ms: i64,
+    minute: i64,
+    unmarked: &str,
 ) {
     let n = request.rules.len();
-    let now_ms = request.now_ms.unwrap_or_else(crate::store::now_ms);
     cmd.arg(n + 3);
     for rule in &request.rules {
         cmd.arg(&rule.key);
     }
     cmd.arg(dedup_key)
-        .arg(keys::active(&request.tenant, now_ms.div_euclid(60_000)))
+        .arg(keys::active(&request.tenant, minute))
         .arg(keys::live_index(&request.tenant));
     match request.now_ms {
         Some(now) => cmd.arg(now),
@@ -102,6 +173,7 @@ fn add_script_args(
         Some(quota) => cmd.arg(quota),
         None => cmd.arg(-1),
     };
+    cmd.arg(unmarked);
 }
 
 /// The first item of the reply of a call refused by the tenant's quota.
@@ -220,6 +292,37 @@ mod tests {
             })
     }
 
+    #[test]
+    fn a_bucket_is_unmarked_until_its_call_succeeded_and_again_each_minute() {
+        let marks = ActiveMarks::default();
+        let rule = |key: &str| RuleCheck {
+            key: key.into(),
+            spec: LimitSpec::new(Algorithm::TokenBucket, 1, 1_000),
+            cost: 1,
+            shadow: false,
+        };
+        let request = CheckRequest {
+            tenant: "t".into(),
+            rules: vec![rule("sl:{t}:a:*"), rule("sl:{t}:b:*")],
+            request_id: None,
+            now_ms: None,
+            dry_run: false,
+            max_live_keys: None,
+        };
+        assert_eq!(marks.unmarked(7, &request), "11");
+        marks.mark(7, &request);
+        assert_eq!(marks.unmarked(7, &request), "00");
+        let mut other = request.clone();
+        other.rules[1] = rule("sl:{t}:c:*");
+        assert_eq!(marks.unmarked(7, &other), "01");
+        // The next minute's HyperLogLog has none of them; a late call of the last minute
+        // does not clear it.
+        assert_eq!(marks.unmarked(8, &request), "11");
+        marks.mark(8, &other);
+        marks.mark(7, &request);
+        assert_eq!(marks.unmarked(8, &request), "01");
+    }
+
     proptest! {
         /// The arguments are laid out as `lua/check.lua`'s header documents them.
         #[test]
@@ -233,17 +336,17 @@ mod tests {
             request.max_live_keys = quota;
             let mut cmd = redis::cmd("EVALSHA");
             cmd.arg("sha");
-            add_script_args(&mut cmd, &request, "slr:{t}:x", ttl);
+            let unmarked: String = (0..request.rules.len()).map(|i| if i % 2 == 0 { '1' } else { '0' }).collect();
+            add_script_args(&mut cmd, &request, "slr:{t}:x", ttl, 29_000_000, &unmarked);
             let args = args_of(&cmd);
             let n = request.rules.len();
-            prop_assert_eq!(args.len(), 3 + (n + 3) + 3 + 7 * n + 2);
+            prop_assert_eq!(args.len(), 3 + (n + 3) + 3 + 7 * n + 3);
             prop_assert_eq!(&args[2], &(n + 3).to_string());
             for (i, rule) in request.rules.iter().enumerate() {
                 prop_assert_eq!(&args[3 + i], &rule.key);
             }
             prop_assert_eq!(&args[3 + n], "slr:{t}:x");
-            let active = &args[4 + n];
-            prop_assert!(active.starts_with("slk:{t}:"), "{}", active);
+            prop_assert_eq!(&args[4 + n], "slk:{t}:29000000");
             prop_assert_eq!(&args[5 + n], "slb:{t}");
             let argv = &args[6 + n..];
             prop_assert_eq!(&argv[0], &request.now_ms.map_or(String::new(), |t| t.to_string()));
@@ -265,6 +368,7 @@ mod tests {
             let caller = if request.request_id.is_some() { "1" } else { "0" };
             prop_assert_eq!(&argv[3 + 7 * n], caller);
             prop_assert_eq!(&argv[4 + 7 * n], &quota.map_or("-1".to_owned(), |q| q.to_string()));
+            prop_assert_eq!(&argv[5 + 7 * n], &unmarked);
         }
 
         /// A reply in the documented shape reads back as the decisions it encodes.

@@ -284,7 +284,7 @@ async fn on_redis(target: &LimiterTarget) -> (Limiter, SeriesStore) {
     )
     .await
     .unwrap();
-    let Limiter::Redis(redis) = &limiter else {
+    let Limiter::Redis(redis, _) = &limiter else {
         panic!("a Redis limiter")
     };
     let store = SeriesStore::Redis(redis.clone());
