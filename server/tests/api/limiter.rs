@@ -11,6 +11,7 @@ use futures::future::join_all;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use sluice::config::LimiterTarget;
+use sluice::decide::DenyCache;
 use sluice::limiter::{
     keys, CheckOutcome, CheckRequest, Limiter, LimiterError, MemoryBackend, RedisOptions, RuleCheck,
 };
@@ -190,7 +191,65 @@ on_every_backend!(
     a_tenant_holds_at_most_its_quota_of_live_buckets,
     request_id_records_count_against_the_quota,
     concurrent_new_subjects_never_pass_the_quota,
+    the_deny_cache_denies_only_what_the_backend_denies,
 );
+
+/// The decision core's deny cache ([`DenyCache`]) against the backend itself (on Redis, the
+/// check script): random one- and two-rule checks at random costs and times; a check the
+/// cache would deny is asked of the backend as a dry run at the same instant, which must deny
+/// it too, and is not sent (as in the server). Over all runs the cache must answer some.
+async fn the_deny_cache_denies_only_what_the_backend_denies(b: &Backend) {
+    let mut rng = SmallRng::seed_from_u64(12);
+    let mut answered = 0;
+    for _ in 0..150 {
+        let t = tenant();
+        let specs: Vec<LimitSpec> = (0..2)
+            .map(|_| {
+                let algorithm = Algorithm::ALL[rng.gen_range(0..Algorithm::ALL.len())];
+                let mut spec = random_spec(&mut rng, algorithm);
+                spec.limit = spec.limit.min(5);
+                spec.period_ms = rng.gen_range(20..=500);
+                spec
+            })
+            .collect();
+        let sets: [Vec<usize>; 3] = [vec![0], vec![1], vec![0, 1]];
+        let cache = DenyCache::default();
+        let mut now = T0;
+        for _ in 0..60 {
+            now += match rng.gen_range(0..8) {
+                0 | 1 => 0,
+                2..=4 => rng.gen_range(0..5),
+                5 | 6 => rng.gen_range(0..50),
+                _ => rng.gen_range(0..400),
+            };
+            let cost = rng.gen_range(1..=3);
+            let set = &sets[rng.gen_range(0..3)];
+            let rules = set
+                .iter()
+                .map(|&i| rule(&t, &format!("r{i}"), specs[i], cost))
+                .collect();
+            let check = request(&t, rules, Some(now));
+            if let Some(cached) = cache.denied(&check, DenyCache::clock(&check)) {
+                let truth = b
+                    .check(&CheckRequest {
+                        dry_run: true,
+                        ..check.clone()
+                    })
+                    .await;
+                assert!(
+                    !truth.allowed,
+                    "the cache denied at {now} what the backend admits: {check:?} {cached:?} {truth:?}"
+                );
+                answered += 1;
+                continue;
+            }
+            let sent = DenyCache::clock(&check);
+            let outcome = b.check(&check).await;
+            cache.remember(&check, &outcome, sent);
+        }
+    }
+    assert!(answered > 20, "the cache answered {answered} checks");
+}
 
 /// A spec for each algorithm with the given limit and period (burst = limit).
 fn specs(limit: u64, period_ms: u64) -> Vec<LimitSpec> {
