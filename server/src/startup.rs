@@ -303,9 +303,11 @@ impl Application {
                 .context("the gRPC server failed")?;
         }
         self.tasks.stop();
+        // Closed before the console's threads stop: a connection console work opened is
+        // driven by them.
+        self.db.close().await;
         // Every connection has been answered, so no console work is left waiting.
         drop(self.console_runtime);
-        self.db.close().await;
         tracing::info!("stopped");
         Ok(())
     }

@@ -4,7 +4,7 @@
 //! When the limiter denies a check, each denying rule says when the check's cost could fit
 //! (its `retry_after_ms`). Capacity only comes back with time: other checks can take it, none
 //! can give it back. So until the earliest of those times, the same check (the same buckets,
-//! with the same parameters, at a cost at least as high) is denied by the limiter as surely as
+//! with the same parameters, each at the same cost) is denied by the limiter as surely as
 //! it was, and is answered here with the stored decisions, their times moved on. The rest of a
 //! denial is unchanged: a denied check writes nothing in the limiter, so nothing is lost by not
 //! sending it.
@@ -42,6 +42,8 @@ pub const MAX_LIFE_MS: i64 = 1_000;
 /// The most entries one tenant keeps; past it, denials are not remembered until some expire.
 pub const MAX_ENTRIES: usize = 10_000;
 const SHARDS: usize = 8;
+/// A shard drops its expired entries each time it grows past another multiple of this.
+const SWEEP_EVERY: usize = 128;
 
 /// The denials of one tenant's checks.
 #[derive(Default)]
@@ -54,8 +56,8 @@ pub struct DenyCache {
 /// One remembered denial.
 #[derive(Debug, Clone)]
 struct Entry {
-    /// The highest cost the check was denied at.
-    cost: u64,
+    /// Each rule's cost in the denied check (a gRPC check may charge its rules differently).
+    costs: Vec<u64>,
     /// When the check was sent, and until when it is surely denied (the cache's clock, ms).
     sent_ms: i64,
     until_ms: i64,
@@ -118,10 +120,11 @@ impl DenyCache {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The denial of `request` at `now` (the cache's clock), if it is certain. The cost of
-    /// every rule of a check is the same, so the first rule's is the check's.
+    /// The denial of `request` at `now` (the cache's clock), if it is certain: the same check,
+    /// each rule at the same cost, was denied. (A higher cost would be denied too, but the
+    /// limiter's answer could differ: a cost past a rule's capacity never fits, and waits
+    /// grow with the cost; a flood repeats its cost.)
     pub fn denied(&self, request: &CheckRequest, now: i64) -> Option<CachedDenial> {
-        let cost = request.rules.first()?.cost;
         let identity = self.identity(request);
         let mut shard = self.shard(identity);
         let entry = shard.get(&identity)?;
@@ -129,7 +132,13 @@ impl DenyCache {
             shard.remove(&identity);
             return None;
         }
-        if cost < entry.cost {
+        let same_costs = entry.costs.len() == request.rules.len()
+            && request
+                .rules
+                .iter()
+                .zip(&entry.costs)
+                .all(|(rule, &denied_at)| rule.cost == denied_at);
+        if !same_costs {
             return None;
         }
         let elapsed = u64::try_from(now - entry.sent_ms).unwrap_or(0);
@@ -159,9 +168,6 @@ impl DenyCache {
         if outcome.allowed || outcome.deduplicated || !Self::eligible(request) {
             return;
         }
-        let Some(cost) = request.rules.first().map(|r| r.cost) else {
-            return;
-        };
         // The earliest time any denying rule could fit: until then, every one still denies.
         let wait = outcome
             .decisions
@@ -179,7 +185,9 @@ impl DenyCache {
         }
         let identity = self.identity(request);
         let mut shard = self.shard(identity);
-        if shard.len() >= MAX_ENTRIES / SHARDS && !shard.contains_key(&identity) {
+        let full = shard.len() >= MAX_ENTRIES / SHARDS;
+        let due = !shard.is_empty() && shard.len().is_multiple_of(SWEEP_EVERY);
+        if (full || due) && !shard.contains_key(&identity) {
             shard.retain(|_, e| e.until_ms > sent);
             if shard.len() >= MAX_ENTRIES / SHARDS {
                 return;
@@ -188,7 +196,7 @@ impl DenyCache {
         shard.insert(
             identity,
             Entry {
-                cost,
+                costs: request.rules.iter().map(|r| r.cost).collect(),
                 sent_ms: sent,
                 until_ms: sent.saturating_add(wait),
                 decisions: outcome.decisions.clone(),
@@ -249,11 +257,13 @@ mod tests {
         }
     }
 
-    /// One step of a random run: a check of `cost` on rule set `set` after `wait` ms.
+    /// One step of a random run: a check on rule set `set` after `wait` ms, costing its first
+    /// rule `cost` and its second `second_cost` (gRPC charges each descriptor its own).
     #[derive(Debug, Clone)]
     struct Step {
         set: usize,
         cost: u64,
+        second_cost: u64,
         wait: i64,
     }
 
@@ -262,9 +272,15 @@ mod tests {
             (
                 0usize..3,
                 1u64..4,
+                prop_oneof![Just(None), (1u64..4).prop_map(Some)],
                 prop_oneof![Just(0i64), 0i64..5, 0i64..400],
             )
-                .prop_map(|(set, cost, wait)| Step { set, cost, wait }),
+                .prop_map(|(set, cost, second_cost, wait)| Step {
+                    set,
+                    cost,
+                    second_cost: second_cost.unwrap_or(cost),
+                    wait,
+                }),
             1..120,
         )
     }
@@ -307,10 +323,16 @@ mod tests {
             for step in steps {
                 now += step.wait;
                 let rules = &sets[step.set];
-                let check = request(rules, step.cost, now, false);
+                let mut check = request(rules, step.cost, now, false);
+                if let Some(second) = check.rules.get_mut(1) {
+                    second.cost = step.second_cost;
+                }
                 if let Some(cached) = cache.denied(&check, DenyCache::clock(&check)) {
                     let truth = limiter
-                        .check(&request(rules, step.cost, now, true))
+                        .check(&CheckRequest {
+                            dry_run: true,
+                            ..check.clone()
+                        })
                         .unwrap();
                     prop_assert!(
                         !truth.allowed,
@@ -357,12 +379,16 @@ mod tests {
         assert!(!outcome.allowed);
         assert_eq!(outcome.decisions[0].retry_after_ms, 900);
         cache.remember(&check, &outcome, t0 + 100);
-        // Denied here with the wait moved on, at the same cost or higher, until 1 ms early.
+        // Denied here with the wait moved on, at the same cost, until 1 ms early.
         let at = |now, cost| cache.denied(&request(&rules, cost, now, false), now);
         let later = at(t0 + 600, 1).expect("denied from the cache");
         assert_eq!(later.decisions[0].retry_after_ms, 400);
         assert_eq!(later.decisions[0].verdict, Verdict::Deny);
-        assert!(at(t0 + 998, 2).is_some());
+        assert!(at(t0 + 998, 1).is_some());
+        // A higher cost is asked of the limiter: past the capacity it never fits.
+        assert!(at(t0 + 600, 3).is_none());
+        let never = limiter.check(&request(&rules, 3, t0 + 600, true)).unwrap();
+        assert_eq!(never.decisions[0].verdict, Verdict::NeverFits);
         assert!(
             at(t0 + 999, 1).is_none(),
             "1 ms before the window ends it asks again"
@@ -373,6 +399,32 @@ mod tests {
         let mut cheaper = request(&rules, 1, t0 + 200, false);
         cheaper.rules[0].cost = 0;
         assert!(cache.denied(&cheaper, t0 + 200).is_none());
+    }
+
+    #[test]
+    fn a_check_that_costs_another_amount_on_any_of_its_rules_is_asked_of_the_limiter() {
+        let limiter = MemoryBackend::new();
+        let cache = DenyCache::default();
+        let rules = [
+            (0, LimitSpec::new(Algorithm::FixedWindow, 10, 1_000)),
+            (1, LimitSpec::new(Algorithm::FixedWindow, 4, 1_000)),
+        ];
+        let costing = |first, second, now| {
+            let mut check = request(&rules, first, now, false);
+            check.rules[1].cost = second;
+            check
+        };
+        assert!(limiter.check(&costing(1, 2, 20_000)).unwrap().allowed);
+        // The second rule has 2 left: denied at cost 3; the first would have admitted it.
+        let check = costing(1, 3, 20_000);
+        let outcome = limiter.check(&check).unwrap();
+        assert!(!outcome.allowed);
+        cache.remember(&check, &outcome, 20_000);
+        assert!(cache.denied(&costing(1, 3, 20_001), 20_001).is_some());
+        // The same buckets at cost 1 on each: the second rule has room for it.
+        let even = costing(1, 1, 20_001);
+        assert!(cache.denied(&even, 20_001).is_none());
+        assert!(limiter.check(&even).unwrap().allowed);
     }
 
     #[test]
@@ -447,6 +499,15 @@ mod tests {
             cache.remember(&check, &outcome, 0);
         }
         assert!(cache.len() <= MAX_ENTRIES, "{} entries", cache.len());
-        assert!(cache.len() >= MAX_ENTRIES - SHARDS * 50);
+        assert!(cache.len() >= MAX_ENTRIES - SHARDS * SWEEP_EVERY);
+        // Later, with all of them expired, new denials sweep the old away.
+        for bucket in 0..200 {
+            let rules = [(
+                MAX_ENTRIES + 1_000 + bucket,
+                LimitSpec::new(Algorithm::FixedWindow, 1, 3_600_000),
+            )];
+            cache.remember(&request(&rules, 1, 0, false), &outcome, 5 * MAX_LIFE_MS);
+        }
+        assert!(cache.len() <= 200, "{} entries", cache.len());
     }
 }

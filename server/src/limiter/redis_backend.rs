@@ -3,7 +3,7 @@
 //! `NOSCRIPT`, within the client's deadline. Here: the script's arguments and its reply.
 
 use std::collections::HashSet;
-use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+use std::hash::{BuildHasher, RandomState};
 use std::sync::{LazyLock, Mutex};
 
 use app::rules::model::{Decision, Verdict};
@@ -61,19 +61,19 @@ pub async fn check(
 /// remembered a minute; past that, every call adds its buckets, as before.
 #[derive(Debug, Default)]
 pub struct ActiveMarks {
-    minute: Mutex<(i64, HashSet<u64, BuildHasherDefault<DefaultHasher>>)>,
+    minute: Mutex<(i64, HashSet<u64>)>,
+    /// Keyed at random: clients choose subjects, so they must not choose colliding buckets.
+    hasher: RandomState,
 }
 
 impl ActiveMarks {
     pub const CAP: usize = 200_000;
 
-    fn id(key: &str) -> u64 {
-        BuildHasherDefault::<DefaultHasher>::default().hash_one(key)
+    fn id(&self, key: &str) -> u64 {
+        self.hasher.hash_one(key)
     }
 
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, (i64, HashSet<u64, BuildHasherDefault<DefaultHasher>>)> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (i64, HashSet<u64>)> {
         self.minute
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -81,12 +81,11 @@ impl ActiveMarks {
 
     /// For each rule of `request`, `'1'` when its bucket is not yet marked this `minute`.
     fn unmarked(&self, minute: i64, request: &CheckRequest) -> String {
+        let ids: Vec<u64> = request.rules.iter().map(|r| self.id(&r.key)).collect();
         let marks = self.lock();
-        request
-            .rules
-            .iter()
-            .map(|r| {
-                if marks.0 == minute && marks.1.contains(&Self::id(&r.key)) {
+        ids.iter()
+            .map(|id| {
+                if marks.0 == minute && marks.1.contains(id) {
                     '0'
                 } else {
                     '1'
@@ -95,21 +94,27 @@ impl ActiveMarks {
             .collect()
     }
 
-    /// Marks the buckets of `request` as added this `minute`.
+    /// Marks the buckets of `request` as added this `minute`. The last minute's marks are
+    /// freed outside the lock.
     fn mark(&self, minute: i64, request: &CheckRequest) {
+        let ids: Vec<u64> = request.rules.iter().map(|r| self.id(&r.key)).collect();
         let mut marks = self.lock();
+        let mut old = None;
         if marks.0 != minute {
             if minute < marks.0 {
                 return;
             }
-            *marks = (minute, HashSet::default());
+            marks.0 = minute;
+            old = Some(std::mem::take(&mut marks.1));
         }
-        for rule in &request.rules {
+        for id in ids {
             if marks.1.len() >= Self::CAP {
-                return;
+                break;
             }
-            marks.1.insert(Self::id(&rule.key));
+            marks.1.insert(id);
         }
+        drop(marks);
+        drop(old);
     }
 }
 

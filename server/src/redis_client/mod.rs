@@ -427,10 +427,7 @@ impl RedisClient {
             let task = self
                 .home
                 .spawn(async move { conn.query(Sent::Cmd(&cmd), deadline).await });
-            task.await.unwrap_or(Ok(Err(redis::RedisError::from((
-                redis::ErrorKind::IoError,
-                "the server is stopping",
-            )))))
+            at_home(task).await
         } else {
             self.conns[i].query(Sent::Cmd(cmd), deadline).await
         };
@@ -458,10 +455,7 @@ impl RedisClient {
                 let task = self
                     .home
                     .spawn(async move { conn.query(Sent::Pipeline(&pipe), deadline).await });
-                task.await.unwrap_or(Ok(Err(redis::RedisError::from((
-                    redis::ErrorKind::IoError,
-                    "the server is stopping",
-                )))))
+                at_home(task).await
             } else {
                 self.conns[i].query(Sent::Pipeline(pipe), deadline).await
             };
@@ -549,6 +543,22 @@ impl RedisClient {
         }
         ranges.sort();
         Ok(Some(ranges))
+    }
+}
+
+/// The result of a command run as a task of the client's own runtime: a panic there is
+/// this call's panic; a task cancelled because the runtime is stopping is a dropped
+/// connection.
+async fn at_home<T>(
+    task: tokio::task::JoinHandle<Result<redis::RedisResult<T>, tokio::time::error::Elapsed>>,
+) -> Result<redis::RedisResult<T>, tokio::time::error::Elapsed> {
+    match task.await {
+        Ok(reply) => reply,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(_) => Ok(Err(redis::RedisError::from((
+            redis::ErrorKind::IoError,
+            "the server is stopping",
+        )))),
     }
 }
 

@@ -61,11 +61,15 @@ impl Drop for ConsoleRuntime {
     }
 }
 
-/// Nice 10 for the calling thread (Linux sets it per thread). If the system refuses, the
-/// thread keeps the normal priority and says so: the console still works, only without the
-/// check path's precedence.
+/// Nice 10 for the calling thread (Linux sets it per thread), unless the server already runs
+/// at nice 10 or lower priority: then the thread keeps that, never rising above the checks.
+/// If the system refuses, the thread keeps the normal priority and says so: the console still
+/// works, only without the check path's precedence.
 fn lower_priority() {
     use thread_priority::{set_current_thread_priority, ThreadPriority, ThreadPriorityValue};
+    if current_nice().is_some_and(|nice| nice >= 10) {
+        return;
+    }
     // The crate maps 0..=99 onto nice 19..=-20, rounding down: 22 is nice 10 (a test holds it).
     let result = ThreadPriorityValue::try_from(22_u8)
         .map_err(|e| format!("{e:?}"))
@@ -79,6 +83,14 @@ fn lower_priority() {
             "cannot lower the console threads' priority; console work competes with checks"
         );
     }
+}
+
+/// The calling thread's nice value, from `/proc/thread-self/stat` (field 19; the command may
+/// hold spaces, so fields are counted from the closing parenthesis); `None` elsewhere.
+fn current_nice() -> Option<i32> {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
+    let after = stat.rsplit_once(')')?.1;
+    after.split_whitespace().nth(16)?.parse().ok()
 }
 
 /// Whether a path is answered on the server's own workers rather than handed to the console.
@@ -211,23 +223,21 @@ mod tests {
     /// hashers' idle class.
     const CONSOLE_NICE: i32 = 10;
 
-    /// The nice value of the calling thread, from `/proc/thread-self/stat` (field 19; the
-    /// command may hold spaces, so fields are counted from the closing parenthesis).
-    fn nice() -> i32 {
-        let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
-        let after = stat.rsplit_once(')').unwrap().1;
-        after.split_whitespace().nth(16).unwrap().parse().unwrap()
-    }
-
     #[cfg(target_os = "linux")]
     #[test]
     fn the_console_threads_run_at_nice_10() {
+        let caller = current_nice().unwrap();
         let console = ConsoleRuntime::start(1).unwrap();
         let on_console = console
             .handle()
-            .block_on(async { tokio::spawn(async { nice() }).await.unwrap() });
-        assert_eq!(on_console, CONSOLE_NICE);
-        assert_eq!(nice(), 0, "the caller's own priority is untouched");
+            .block_on(async { tokio::spawn(async { current_nice() }).await.unwrap() });
+        // Under a server already at nice 10 or more, the console keeps the server's.
+        assert_eq!(on_console, Some(CONSOLE_NICE.max(caller)));
+        assert_eq!(
+            current_nice(),
+            Some(caller),
+            "the caller's own priority is untouched"
+        );
     }
 
     #[tokio::test]

@@ -222,11 +222,16 @@ async fn the_deny_cache_denies_only_what_the_backend_denies(b: &Backend) {
                 5 | 6 => rng.gen_range(0..50),
                 _ => rng.gen_range(0..400),
             };
-            let cost = rng.gen_range(1..=3);
+            // Each rule its own cost, or one for all (gRPC charges each descriptor its own).
+            let costs: [u64; 2] = if rng.gen_bool(0.5) {
+                [rng.gen_range(1..=3), rng.gen_range(1..=3)]
+            } else {
+                [rng.gen_range(1..=3); 2]
+            };
             let set = &sets[rng.gen_range(0..3)];
             let rules = set
                 .iter()
-                .map(|&i| rule(&t, &format!("r{i}"), specs[i], cost))
+                .map(|&i| rule(&t, &format!("r{i}"), specs[i], costs[i]))
                 .collect();
             let check = request(&t, rules, Some(now));
             if let Some(cached) = cache.denied(&check, DenyCache::clock(&check)) {
