@@ -154,6 +154,30 @@ enum Sent<'a> {
     Pipeline(&'a redis::Pipeline),
 }
 
+/// A [`Sent`] of its own, to move into a task.
+enum OwnedSent {
+    Cmd(redis::Cmd),
+    Pipeline(redis::Pipeline),
+}
+
+impl Sent<'_> {
+    fn to_owned(self) -> OwnedSent {
+        match self {
+            Sent::Cmd(cmd) => OwnedSent::Cmd(cmd.clone()),
+            Sent::Pipeline(pipe) => OwnedSent::Pipeline(pipe.clone()),
+        }
+    }
+}
+
+impl OwnedSent {
+    fn as_sent(&self) -> Sent<'_> {
+        match self {
+            OwnedSent::Cmd(cmd) => Sent::Cmd(cmd),
+            OwnedSent::Pipeline(pipe) => Sent::Pipeline(pipe),
+        }
+    }
+}
+
 impl Conn {
     /// Sends `sent` and waits for its reply until `deadline`.
     async fn query<T: redis::FromRedisValue>(
@@ -422,14 +446,25 @@ impl RedisClient {
         cmd: &redis::Cmd,
         deadline: tokio::time::Instant,
     ) -> Result<T, Error> {
+        self.query_on(i, Sent::Cmd(cmd), deadline).await
+    }
+
+    /// Sends `sent` on connection `i` and waits for its reply until `deadline`: here, or as a
+    /// task of the client's own runtime when called from another one.
+    async fn query_on<T: redis::FromRedisValue + Send + 'static>(
+        &self,
+        i: usize,
+        sent: Sent<'_>,
+        deadline: tokio::time::Instant,
+    ) -> Result<T, Error> {
         let reply = if self.away_from_home() {
-            let (conn, cmd) = (self.conns[i].clone(), cmd.clone());
+            let (conn, owned) = (self.conns[i].clone(), sent.to_owned());
             let task = self
                 .home
-                .spawn(async move { conn.query(Sent::Cmd(&cmd), deadline).await });
+                .spawn(async move { conn.query(owned.as_sent(), deadline).await });
             at_home(task).await
         } else {
-            self.conns[i].query(Sent::Cmd(cmd), deadline).await
+            self.conns[i].query(sent, deadline).await
         };
         match reply {
             Ok(result) => Ok(result?),
@@ -449,22 +484,8 @@ impl RedisClient {
     ) -> Result<T, Error> {
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len();
         let deadline = tokio::time::Instant::now() + self.timeout;
-        self.guarded(None, || async {
-            let reply = if self.away_from_home() {
-                let (conn, pipe) = (self.conns[i].clone(), pipe.clone());
-                let task = self
-                    .home
-                    .spawn(async move { conn.query(Sent::Pipeline(&pipe), deadline).await });
-                at_home(task).await
-            } else {
-                self.conns[i].query(Sent::Pipeline(pipe), deadline).await
-            };
-            match reply {
-                Ok(result) => Ok(result?),
-                Err(_) => Err(Error::Timeout(self.timeout)),
-            }
-        })
-        .await
+        self.guarded(None, || self.query_on(i, Sent::Pipeline(pipe), deadline))
+            .await
     }
 
     /// One `PING`, past the breakers (for `/readyz`, which reports open breakers apart).
