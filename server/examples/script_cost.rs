@@ -16,22 +16,18 @@
 )]
 
 #[allow(dead_code)]
+#[path = "support/release_server.rs"]
+mod release_server;
+#[allow(dead_code)]
 #[path = "../tests/api/services.rs"]
 mod services;
 
 use std::time::Duration;
 
 use app::rules::{Algorithm, LimitSpec};
+use release_server::arg;
 use sluice::config::LimiterTarget;
 use sluice::limiter::{keys, CheckRequest, Limiter, RedisOptions, RuleCheck};
-
-fn arg(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map_or(default, |v| v.parse().expect("a whole number"))
-}
 
 /// `usec_per_call` and `calls` of `EVALSHA` since the last `CONFIG RESETSTAT`.
 fn evalsha_stats(redis: &services::RedisServer) -> (f64, u64) {

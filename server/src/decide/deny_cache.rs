@@ -229,15 +229,6 @@ mod tests {
     use app::rules::{Algorithm, LimitSpec};
     use proptest::prelude::*;
 
-    const ALGORITHMS: [Algorithm; 6] = [
-        Algorithm::TokenBucket,
-        Algorithm::Gcra,
-        Algorithm::LeakyBucket,
-        Algorithm::FixedWindow,
-        Algorithm::SlidingWindow,
-        Algorithm::SlidingLog,
-    ];
-
     fn request(rules: &[(usize, LimitSpec)], cost: u64, now: i64, dry_run: bool) -> CheckRequest {
         CheckRequest {
             tenant: "t".into(),
@@ -301,7 +292,7 @@ mod tests {
         let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(400));
         let result = runner.run(&strategy, |(algorithms, limits, periods, bursts, steps)| {
             let spec = |i: usize| {
-                let algorithm = ALGORITHMS[algorithms[i]];
+                let algorithm = Algorithm::ALL[algorithms[i]];
                 let mut spec = LimitSpec::new(algorithm, limits[i], periods[i]);
                 if matches!(
                     algorithm,
