@@ -1,6 +1,8 @@
 //! Measures each algorithm on a private Redis: memory per active key (`MEMORY USAGE`),
-//! Redis-side time per check (`INFO commandstats`, the EVALSHA's usec_per_call), and how
-//! `sliding_log` grows with its limit. Prints the tables of `docs/ALGORITHMS.md`.
+//! Redis-side time per check (`INFO commandstats`, the EVALSHA's usec_per_call) for admitted
+//! and denied checks apart (200 hot keys with a limit of 100 a day, filled by 20,000 checks that
+//! are all admitted, then checked 20,000 times more, all denied), and how `sliding_log` grows
+//! with its limit. Prints the tables of `docs/ALGORITHMS.md`.
 //!
 //! Run: `cargo run -p server --example algorithms_bench` (needs `redis-server` on PATH;
 //! `scripts/setup` installs it). The Redis-side figures do not depend on this program's
@@ -20,24 +22,8 @@ use sluice::limiter::{keys, CheckRequest, Limiter, RedisOptions, RuleCheck};
 
 /// Active keys per algorithm for the memory average.
 const KEYS: usize = 2_000;
-/// Checks per algorithm for the script-time average.
+/// Checks per algorithm and phase (admitted, denied) for the script-time average.
 const CHECKS: usize = 20_000;
-
-fn stat(server: &services::RedisServer, command: &str) -> (u64, f64) {
-    let stats = server.cli(&["INFO", "commandstats"]);
-    let line = stats
-        .lines()
-        .find(|l| l.starts_with(&format!("cmdstat_{command}:")))
-        .unwrap_or_else(|| panic!("no {command} in {stats}"));
-    let field = |name: &str| {
-        line.split([':', ','])
-            .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
-            .unwrap()
-            .parse::<f64>()
-            .unwrap()
-    };
-    (field("calls") as u64, field("usec_per_call"))
-}
 
 fn memory_usage(server: &services::RedisServer, key: &str) -> u64 {
     server
@@ -89,10 +75,15 @@ async fn main() {
         .unwrap_or("?")
         .trim()
         .to_owned();
-    println!("Redis {version}; {KEYS} active keys and {CHECKS} checks per algorithm; limit 100 per 60 s.\n");
-    println!("| algorithm | memory per active key (bytes) | Redis time per check (µs) | client round trip p50 (µs) |");
-    println!("|---|---:|---:|---:|");
+    println!(
+        "Redis {version}. Memory: {KEYS} active keys per algorithm, limit 100 per 60 s, after one admitted \
+         request each. Script time: 200 keys with a limit of 100 a day, {CHECKS} checks that fill them (all \
+         admitted), then {CHECKS} more (all denied).\n"
+    );
+    println!("| algorithm | memory per active key (bytes) | Redis µs per admitted check | Redis µs per denied check | round trip p50, admitted (µs) | round trip p50, denied (µs) |");
+    println!("|---|---:|---:|---:|---:|---:|");
     for algorithm in Algorithm::ALL {
+        eprintln!("algorithms_bench: {}", algorithm.as_str());
         let spec = LimitSpec::new(algorithm, 100, 60_000);
         let rule = algorithm.as_str();
         // Memory: every key admitted once, as after one request per subject.
@@ -104,20 +95,40 @@ async fn main() {
             .map(|i| memory_usage(&server, &keys::bucket(tenant, rule, Some(&format!("k{i}")))))
             .collect();
         let memory = sample.iter().sum::<u64>() as f64 / sample.len() as f64;
-        // Script time: a mix of admitted and denied checks over 200 hot keys.
-        server.cli(&["CONFIG", "RESETSTAT"]);
-        let mut latencies = Vec::with_capacity(CHECKS);
-        for i in 0..CHECKS {
-            let started = Instant::now();
-            check(&limiter, tenant, rule, &format!("hot{}", i % 200), spec, 1).await;
-            latencies.push(started.elapsed());
+        // Script time: 200 hot keys with a limit of 100 a day, each checked until full (all
+        // admitted), then as often again (all denied).
+        let spec = LimitSpec::new(algorithm, 100, 86_400_000);
+        let rule = format!("{rule}-hot");
+        let mut phases = Vec::new();
+        for admitted in [true, false] {
+            server.cli(&["CONFIG", "RESETSTAT"]);
+            let mut latencies = Vec::with_capacity(CHECKS);
+            let mut decided_as_expected = 0;
+            for i in 0..CHECKS {
+                let started = Instant::now();
+                let allowed =
+                    check(&limiter, tenant, &rule, &format!("hot{}", i % 200), spec, 1).await;
+                latencies.push(started.elapsed());
+                decided_as_expected += usize::from(allowed == admitted);
+            }
+            assert_eq!(
+                decided_as_expected,
+                CHECKS,
+                "{rule}: every check {}",
+                if admitted { "admitted" } else { "denied" }
+            );
+            latencies.sort();
+            let (calls, usec) = server.command_stats("evalsha");
+            assert_eq!(calls, CHECKS as u64);
+            phases.push((usec, latencies[latencies.len() / 2].as_secs_f64() * 1e6));
         }
-        latencies.sort();
-        let (calls, usec) = stat(&server, "evalsha");
-        assert_eq!(calls, CHECKS as u64);
         println!(
-            "| `{rule}` | {memory:.0} | {usec:.2} | {:.0} |",
-            latencies[latencies.len() / 2].as_secs_f64() * 1e6
+            "| `{}` | {memory:.0} | {:.2} | {:.2} | {:.0} | {:.0} |",
+            algorithm.as_str(),
+            phases[0].0,
+            phases[1].0,
+            phases[0].1,
+            phases[1].1
         );
     }
 
@@ -139,7 +150,7 @@ async fn main() {
         for _ in 0..rounds {
             assert!(!check(&limiter, tenant, &rule, "full", spec, 1).await);
         }
-        let (_, usec) = stat(&server, "evalsha");
+        let (_, usec) = server.command_stats("evalsha");
         println!(
             "| {limit} | {memory} | {:.0} | {usec:.1} |",
             memory as f64 / limit as f64

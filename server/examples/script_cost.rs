@@ -29,26 +29,6 @@ use release_server::arg;
 use sluice::config::LimiterTarget;
 use sluice::limiter::{keys, CheckRequest, Limiter, RedisOptions, RuleCheck};
 
-/// `usec_per_call` and `calls` of `EVALSHA` since the last `CONFIG RESETSTAT`.
-fn evalsha_stats(redis: &services::RedisServer) -> (f64, u64) {
-    let info = redis.cli(&["INFO", "commandstats"]);
-    let line = info
-        .lines()
-        .find(|l| l.starts_with("cmdstat_evalsha:"))
-        .expect("EVALSHA ran");
-    let field = |name: &str| {
-        line.split(&[':', ','])
-            .find_map(|f| f.strip_prefix(name))
-            .unwrap()
-            .trim()
-            .to_owned()
-    };
-    (
-        field("usec_per_call=").parse().unwrap(),
-        field("calls=").parse().unwrap(),
-    )
-}
-
 /// A case: its name, its rules (algorithm, limit), and whether its checks are denied.
 struct Case {
     name: &'static str,
@@ -140,7 +120,7 @@ async fn main() {
                     denied += 1;
                 }
             }
-            let (usec, counted) = evalsha_stats(&redis);
+            let (counted, usec) = redis.command_stats("evalsha");
             assert_eq!(counted, calls, "one EVALSHA a check");
             let expect_denied = i == 3;
             assert!(

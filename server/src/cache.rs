@@ -104,7 +104,7 @@ pub struct Caches<T> {
     refresh_after: Duration,
     negative_ttl: Duration,
     generation: Arc<AtomicU64>,
-    keys: Arc<RwLock<HashMap<String, Entry<CachedKey>>>>,
+    keys: Arc<RwLock<HashMap<String, Entry<Arc<CachedKey>>>>>,
     unknown: Arc<RwLock<HashMap<String, Instant>>>,
     tenants: Arc<RwLock<HashMap<String, Entry<Arc<T>>>>>,
 }
@@ -175,7 +175,7 @@ impl<T> Caches<T> {
         }
     }
 
-    pub fn key(&self, hash: &str) -> Lookup<CachedKey> {
+    pub fn key(&self, hash: &str) -> Lookup<Arc<CachedKey>> {
         if let Some(entry) = read(&self.keys).get(hash) {
             entry.used.store(self.now_ms(), Ordering::Relaxed);
             let value = entry.value.clone();
@@ -198,7 +198,7 @@ impl<T> Caches<T> {
 
     /// Caches a key loaded at `generation`; false (and nothing stored) if a drop happened
     /// since. Locks are always taken in the order keys, tenants, unknown.
-    pub fn put_key(&self, hash: &str, key: CachedKey, generation: u64) -> bool {
+    pub fn put_key(&self, hash: &str, key: Arc<CachedKey>, generation: u64) -> bool {
         let mut keys = write(&self.keys);
         if self.generation() != generation {
             return false;
@@ -345,15 +345,15 @@ impl Drop for Turn<'_> {
 mod tests {
     use super::*;
 
-    fn key(id: &str) -> CachedKey {
-        CachedKey {
+    fn key(id: &str) -> Arc<CachedKey> {
+        Arc::new(CachedKey {
             id: id.into(),
             tenant_id: None,
             kind: None,
             prefix: String::new(),
             expires_at: None,
             revoked: false,
-        }
+        })
     }
 
     #[test]

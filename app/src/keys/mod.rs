@@ -91,16 +91,31 @@ pub fn is_sha256_hex(hash: &str) -> bool {
 }
 
 /// The lower-case hex SHA-256 of a key: what the server stores and looks keys up by.
-/// It runs on every check (the server hashes the presented key), so it allocates once.
 pub fn sha256_hex(key: &str) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let digest = Sha256::digest(key.as_bytes());
-    let mut out = String::with_capacity(2 * digest.len());
-    for byte in digest {
-        out.push(char::from(HEX[usize::from(byte >> 4)]));
-        out.push(char::from(HEX[usize::from(byte & 0x0f)]));
+    HexDigest::of(key).as_str().to_owned()
+}
+
+/// [`sha256_hex`] on the stack: the server hashes the presented key on every check, and
+/// looks it up without allocating.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HexDigest([u8; 64]);
+
+impl HexDigest {
+    pub fn of(key: &str) -> Self {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let digest = Sha256::digest(key.as_bytes());
+        let mut out = [0_u8; 64];
+        for (i, byte) in digest.iter().enumerate() {
+            out[2 * i] = HEX[usize::from(byte >> 4)];
+            out[2 * i + 1] = HEX[usize::from(byte & 0x0f)];
+        }
+        Self(out)
     }
-    out
+
+    pub fn as_str(&self) -> &str {
+        // Only ASCII hex digits are ever written.
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
 }
 
 /// A freshly generated key: the plaintext (shown once), and what is sent to the server.

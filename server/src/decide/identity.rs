@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use app::keys::{is_well_formed, sha256_hex, KeyKind};
+use app::keys::{is_well_formed, HexDigest, KeyKind};
 
 use super::error::DecideError;
 use super::tenant::CompiledTenant;
@@ -76,7 +76,7 @@ pub struct Identities {
 impl Identities {
     /// The live key presented (`raw`, as the transport found it), or 401 (503 when the
     /// database is needed and down).
-    pub async fn key(&self, raw: Option<&str>) -> Result<CachedKey, DecideError> {
+    pub async fn key(&self, raw: Option<&str>) -> Result<Arc<CachedKey>, DecideError> {
         let raw = raw
             .filter(|k| !k.is_empty())
             .ok_or(DecideError::Unauthorized)?;
@@ -85,8 +85,9 @@ impl Identities {
         if !is_well_formed(raw) {
             return Err(DecideError::Unauthorized);
         }
-        let hash = sha256_hex(raw);
-        let key = match self.caches.key(&hash) {
+        let digest = HexDigest::of(raw);
+        let hash = digest.as_str();
+        let key = match self.caches.key(hash) {
             Lookup::Fresh(key) => {
                 self.metrics.cache("key", "hit");
                 key
@@ -98,12 +99,12 @@ impl Identities {
             Lookup::Stale(key) => {
                 self.metrics.cache("key", "stale");
                 let generation = self.caches.generation();
-                match self.load_key(&hash).await {
+                match self.load_key(hash).await {
                     Ok(found) => found.ok_or(DecideError::Unauthorized)?,
                     Err(e) if e.is_transient() => {
                         // Serve the stale entry, and wait a refresh period before asking the
                         // store again rather than on every request.
-                        self.caches.put_key(&hash, key.clone(), generation);
+                        self.caches.put_key(hash, key.clone(), generation);
                         key
                     }
                     Err(e) => return Err(e.into()),
@@ -111,7 +112,7 @@ impl Identities {
             }
             Lookup::Miss => {
                 self.metrics.cache("key", "miss");
-                self.load_key(&hash)
+                self.load_key(hash)
                     .await?
                     .ok_or(DecideError::Unauthorized)?
             }
@@ -123,7 +124,7 @@ impl Identities {
         Ok(key)
     }
 
-    async fn load_key(&self, hash: &str) -> Result<Option<CachedKey>, store::StoreError> {
+    async fn load_key(&self, hash: &str) -> Result<Option<Arc<CachedKey>>, store::StoreError> {
         let _turn = self.loads.turn(&format!("key:{hash}")).await;
         // A load that ran while this one waited has filled the cache.
         match self.caches.key(hash) {
@@ -135,7 +136,7 @@ impl Identities {
         let generation = self.caches.generation();
         match store::keys::find_by_hash(&self.db, hash).await? {
             Some(key) => {
-                let cached = CachedKey::from(&key);
+                let cached = Arc::new(CachedKey::from(&key));
                 self.caches.put_key(hash, cached.clone(), generation);
                 Ok(Some(cached))
             }
@@ -224,9 +225,8 @@ mod tests {
 
     #[test]
     fn hashes_are_lower_case_hex_sha256() {
-        assert_eq!(
-            sha256_hex("abc"),
-            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-        );
+        let expected = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+        assert_eq!(HexDigest::of("abc").as_str(), expected);
+        assert_eq!(app::keys::sha256_hex("abc"), expected);
     }
 }

@@ -3,6 +3,8 @@
 //! [`CheckInput`], built only from validated newtypes, so each rule about what a route, a
 //! subject, a cost or a request id may be is written once, here.
 
+use std::borrow::Cow;
+
 use app::rules::{check_text, MAX_COST};
 use app::simulate::SimulateInput;
 use serde::Deserialize;
@@ -122,19 +124,23 @@ pub struct CheckInput {
 }
 
 /// The JSON body of `/v1/check`, field by field, before validation.
+/// Strings are borrowed from the body where they hold no escapes.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct CheckBody {
-    route: Option<String>,
+struct CheckBody<'a> {
+    #[serde(borrow)]
+    route: Option<Cow<'a, str>>,
     cost: Option<serde_json::Number>,
-    subject: Option<String>,
-    request_id: Option<String>,
+    #[serde(borrow)]
+    subject: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    request_id: Option<Cow<'a, str>>,
 }
 
 impl CheckInput {
     /// Parses the JSON body of a check.
     pub fn parse_json(bytes: &[u8]) -> Result<Self, InputError> {
-        let body: CheckBody = serde_json::from_slice(bytes)
+        let body: CheckBody<'_> = serde_json::from_slice(bytes)
             .map_err(|e| invalid("body", format!("invalid JSON body: {e}")))?;
         let route = body.route.ok_or_else(|| {
             invalid(

@@ -45,11 +45,7 @@ pub fn rule_checks(
 /// The limiter's view of one rule's bucket (for `subject` when given) charged `cost`.
 fn rule_check(tenant_id: &str, rule: &Rule, subject: Option<&str>, cost: u64) -> RuleCheck {
     RuleCheck {
-        key: keys::bucket(
-            tenant_id,
-            &keys::rule_part(&rule.id, rule.body.algorithm),
-            subject,
-        ),
+        key: keys::rule_bucket(tenant_id, &rule.id, rule.body.algorithm, subject),
         spec: rule.body.spec(),
         cost,
         shadow: rule.body.shadow,

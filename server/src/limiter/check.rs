@@ -128,7 +128,6 @@ impl CheckRequest {
                 self.rules.len()
             ));
         }
-        let tag = format!("{{{}}}", self.tenant);
         for rule in &self.rules {
             if let Err(problem) = rule.spec.validate() {
                 return invalid(format!("rule {}: {problem}", rule.key));
@@ -139,15 +138,24 @@ impl CheckRequest {
                     rule.cost
                 ));
             }
-            if !rule.key.contains(&tag) {
+            if !has_tag(&rule.key, &self.tenant) {
                 return invalid(format!(
-                    "key {} lacks the tenant's hash tag {tag}",
-                    rule.key
+                    "key {} lacks the tenant's hash tag {{{}}}",
+                    rule.key, self.tenant
                 ));
             }
         }
         Ok(())
     }
+}
+
+/// Whether `key` holds `{tenant}`, without building that string (this runs on every check).
+fn has_tag(key: &str, tenant: &str) -> bool {
+    key.match_indices('{').any(|(at, _)| {
+        key[at + 1..]
+            .strip_prefix(tenant)
+            .is_some_and(|rest| rest.starts_with('}'))
+    })
 }
 
 /// Which kind of store holds the counters.
@@ -165,5 +173,38 @@ impl BackendKind {
             BackendKind::Redis => "redis",
             BackendKind::RedisCluster => "redis-cluster",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_must_carry_its_tenants_hash_tag() {
+        assert!(has_tag("sl:{t1}:r:*", "t1"));
+        assert!(has_tag("sl:{other}:{t1}:r:*", "t1"));
+        assert!(!has_tag("sl:{t12}:r:*", "t1"));
+        assert!(!has_tag("sl:{xt1}:r:*", "t1"));
+        assert!(!has_tag("sl:t1:r:*", "t1"));
+        assert!(!has_tag("sl:{t1", "t1"));
+        let request = |key: &str| CheckRequest {
+            tenant: "t1".into(),
+            rules: vec![RuleCheck {
+                key: key.into(),
+                spec: LimitSpec::new(app::rules::Algorithm::Gcra, 1, 1_000),
+                cost: 1,
+                shadow: false,
+            }],
+            request_id: None,
+            now_ms: None,
+            dry_run: false,
+            max_live_keys: None,
+        };
+        assert!(request("sl:{t1}:r:*").validate().is_ok());
+        assert!(matches!(
+            request("sl:{t2}:r:*").validate(),
+            Err(LimiterError::Invalid(m)) if m.contains("{t1}")
+        ));
     }
 }

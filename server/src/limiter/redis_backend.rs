@@ -10,7 +10,7 @@ use app::rules::model::{Decision, Verdict};
 use app::rules::Algorithm;
 use redis::Value;
 
-use super::check::{CheckOutcome, CheckRequest, LimiterError, REQUEST_ID_TTL};
+use super::check::{CheckOutcome, CheckRequest, LimiterError, MAX_RULES, REQUEST_ID_TTL};
 use crate::redis_client::{keys, RedisClient};
 
 /// The check script, hashed once.
@@ -35,20 +35,27 @@ pub async fn check(
     } else if request.request_id.is_some() {
         (request.reply_key(), REQUEST_ID_TTL.as_millis() as i64)
     } else {
-        let call = format!("call:{}", uuid::Uuid::new_v4().simple());
-        (keys::request(&request.tenant, &call), call_ttl_ms(redis))
+        (keys::call_record(&request.tenant), call_ttl_ms(redis))
     };
     let now_ms = request.now_ms.unwrap_or_else(crate::store::now_ms);
     let minute = now_ms.div_euclid(60_000);
-    let unmarked = marks.unmarked(minute, request);
+    let ids = marks.ids(request);
+    let unmarked = marks.unmarked(minute, &ids);
     let reply: Value = redis
         .run_script(&CHECK, CHECK_SOURCE, &request.rules[0].key, |cmd| {
-            add_script_args(cmd, request, &dedup_key, dedup_ttl_ms, minute, &unmarked)
+            add_script_args(
+                cmd,
+                request,
+                &dedup_key,
+                dedup_ttl_ms,
+                minute,
+                unmarked.as_str(),
+            )
         })
         .await?;
     let outcome = parse_reply(reply, request)?;
     if !request.dry_run {
-        marks.mark(minute, request);
+        marks.mark(minute, &ids);
     }
     Ok(outcome)
 }
@@ -66,11 +73,47 @@ pub struct ActiveMarks {
     hasher: RandomState,
 }
 
+/// The mark ids of one request's buckets, hashed once per call for both
+/// [`ActiveMarks::unmarked`] and [`ActiveMarks::mark`].
+#[derive(Debug, Clone, Copy)]
+struct BucketIds {
+    ids: [u64; MAX_RULES],
+    len: usize,
+}
+
+impl BucketIds {
+    fn get(&self) -> &[u64] {
+        &self.ids[..self.len]
+    }
+}
+
+/// One `'0'` or `'1'` per rule, as the script's last argument: built on the stack.
+#[derive(Debug, Clone, Copy)]
+struct Flags {
+    bytes: [u8; MAX_RULES],
+    len: usize,
+}
+
+impl Flags {
+    fn as_str(&self) -> &str {
+        // Only ASCII digits are ever written.
+        std::str::from_utf8(&self.bytes[..self.len]).unwrap_or_default()
+    }
+}
+
 impl ActiveMarks {
     pub const CAP: usize = 200_000;
 
-    fn id(&self, key: &str) -> u64 {
-        self.hasher.hash_one(key)
+    /// The ids of `request`'s buckets (a validated request has at most [`MAX_RULES`]).
+    fn ids(&self, request: &CheckRequest) -> BucketIds {
+        let mut ids = BucketIds {
+            ids: [0; MAX_RULES],
+            len: request.rules.len().min(MAX_RULES),
+        };
+        for (slot, rule) in ids.ids.iter_mut().zip(&request.rules) {
+            *slot = self.hasher.hash_one(&rule.key);
+        }
+        ids
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, (i64, HashSet<u64>)> {
@@ -79,25 +122,26 @@ impl ActiveMarks {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// For each rule of `request`, `'1'` when its bucket is not yet marked this `minute`.
-    fn unmarked(&self, minute: i64, request: &CheckRequest) -> String {
-        let ids: Vec<u64> = request.rules.iter().map(|r| self.id(&r.key)).collect();
+    /// For each bucket of `ids`, `'1'` when it is not yet marked this `minute`.
+    fn unmarked(&self, minute: i64, ids: &BucketIds) -> Flags {
+        let mut flags = Flags {
+            bytes: [b'1'; MAX_RULES],
+            len: ids.len,
+        };
         let marks = self.lock();
-        ids.iter()
-            .map(|id| {
-                if marks.0 == minute && marks.1.contains(id) {
-                    '0'
-                } else {
-                    '1'
+        if marks.0 == minute {
+            for (flag, id) in flags.bytes.iter_mut().zip(ids.get()) {
+                if marks.1.contains(id) {
+                    *flag = b'0';
                 }
-            })
-            .collect()
+            }
+        }
+        flags
     }
 
-    /// Marks the buckets of `request` as added this `minute`. The last minute's marks are
-    /// freed outside the lock.
-    fn mark(&self, minute: i64, request: &CheckRequest) {
-        let ids: Vec<u64> = request.rules.iter().map(|r| self.id(&r.key)).collect();
+    /// Marks the buckets of `ids` as added this `minute`. The last minute's marks are freed
+    /// outside the lock.
+    fn mark(&self, minute: i64, ids: &BucketIds) {
         let mut marks = self.lock();
         let mut old = None;
         if marks.0 != minute {
@@ -107,11 +151,11 @@ impl ActiveMarks {
             marks.0 = minute;
             old = Some(std::mem::take(&mut marks.1));
         }
-        for id in ids {
+        for id in ids.get() {
             if marks.1.len() >= Self::CAP {
                 break;
             }
-            marks.1.insert(id);
+            marks.1.insert(*id);
         }
         drop(marks);
         drop(old);
@@ -314,18 +358,24 @@ mod tests {
             dry_run: false,
             max_live_keys: None,
         };
-        assert_eq!(marks.unmarked(7, &request), "11");
-        marks.mark(7, &request);
-        assert_eq!(marks.unmarked(7, &request), "00");
+        let unmarked = |minute, request: &CheckRequest| {
+            marks
+                .unmarked(minute, &marks.ids(request))
+                .as_str()
+                .to_owned()
+        };
+        assert_eq!(unmarked(7, &request), "11");
+        marks.mark(7, &marks.ids(&request));
+        assert_eq!(unmarked(7, &request), "00");
         let mut other = request.clone();
         other.rules[1] = rule("sl:{t}:c:*");
-        assert_eq!(marks.unmarked(7, &other), "01");
+        assert_eq!(unmarked(7, &other), "01");
         // The next minute's HyperLogLog has none of them; a late call of the last minute
         // does not clear it.
-        assert_eq!(marks.unmarked(8, &request), "11");
-        marks.mark(8, &other);
-        marks.mark(7, &request);
-        assert_eq!(marks.unmarked(8, &request), "01");
+        assert_eq!(unmarked(8, &request), "11");
+        marks.mark(8, &marks.ids(&other));
+        marks.mark(7, &marks.ids(&request));
+        assert_eq!(unmarked(8, &request), "01");
     }
 
     proptest! {

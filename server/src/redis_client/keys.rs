@@ -17,29 +17,68 @@ pub const MAX_PLAIN_SUBJECT: usize = 64;
 /// visible ASCII, and `h:<32 hex digits of SHA-256>` otherwise, so keys stay bounded and
 /// the three forms can never collide.
 pub fn bucket(tenant: &str, rule: &str, subject: Option<&str>) -> String {
-    let part = match subject {
-        None => "*".to_owned(),
-        Some(s) if s.len() <= MAX_PLAIN_SUBJECT && s.bytes().all(|b| b.is_ascii_graphic()) => {
-            format!("s:{s}")
+    build_bucket(tenant, rule, None, subject)
+}
+
+/// [`bucket`] of [`rule_part`]`(rule_id, algorithm)`, built in one allocation (a check builds
+/// one per rule).
+pub fn rule_bucket(
+    tenant: &str,
+    rule_id: &str,
+    algorithm: app::rules::Algorithm,
+    subject: Option<&str>,
+) -> String {
+    build_bucket(tenant, rule_id, Some(algorithm_tag(algorithm)), subject)
+}
+
+fn build_bucket(tenant: &str, rule: &str, tag: Option<&str>, subject: Option<&str>) -> String {
+    let plain =
+        subject.filter(|s| s.len() <= MAX_PLAIN_SUBJECT && s.bytes().all(|b| b.is_ascii_graphic()));
+    let mut key = String::with_capacity(
+        10 + tenant.len()
+            + rule.len()
+            + tag.map_or(0, str::len)
+            + subject.map_or(1, |_| 2 + MAX_PLAIN_SUBJECT),
+    );
+    key.push_str("sl:{");
+    key.push_str(tenant);
+    key.push_str("}:");
+    key.push_str(rule);
+    if let Some(tag) = tag {
+        key.push('.');
+        key.push_str(tag);
+    }
+    key.push(':');
+    match (subject, plain) {
+        (None, _) => key.push('*'),
+        (Some(_), Some(s)) => {
+            key.push_str("s:");
+            key.push_str(s);
         }
-        Some(s) => format!("h:{}", short_hash(s)),
-    };
-    format!("sl:{{{tenant}}}:{rule}:{part}")
+        (Some(s), None) => {
+            key.push_str("h:");
+            key.push_str(&short_hash(s));
+        }
+    }
+    key
 }
 
 /// The rule part of a bucket key: the rule's id and its algorithm. Editing a rule's limit
 /// keeps its buckets; changing its algorithm starts new ones, because each algorithm stores
 /// a different state (and `sliding_log` a different Redis type) under its key.
 pub fn rule_part(rule_id: &str, algorithm: app::rules::Algorithm) -> String {
-    let tag = match algorithm {
+    format!("{rule_id}.{}", algorithm_tag(algorithm))
+}
+
+fn algorithm_tag(algorithm: app::rules::Algorithm) -> &'static str {
+    match algorithm {
         app::rules::Algorithm::TokenBucket => "tb",
         app::rules::Algorithm::Gcra => "gcra",
         app::rules::Algorithm::LeakyBucket => "lb",
         app::rules::Algorithm::FixedWindow => "fw",
         app::rules::Algorithm::SlidingWindow => "sw",
         app::rules::Algorithm::SlidingLog => "sl",
-    };
-    format!("{rule_id}.{tag}")
+    }
 }
 
 /// The rule part of a bucket counted under a limit the request set (Envoy's per-descriptor
@@ -78,6 +117,19 @@ pub fn live_index(tenant: &str) -> String {
 /// The idempotency record of one request id: `slr:{<tenant>}:<hash of the id>`.
 pub fn request(tenant: &str, request_id: &str) -> String {
     format!("slr:{{{tenant}}}:{}", short_hash(request_id))
+}
+
+/// The idempotency record of one limiter call the server makes without a caller's
+/// `request_id`: `slr:{<tenant>}:<32 random hex digits>`, as long as a hashed id's and as
+/// unlikely to meet one; built in one allocation, since every call makes one.
+pub fn call_record(tenant: &str) -> String {
+    use std::fmt::Write;
+    let mut key = String::with_capacity(7 + tenant.len() + 32);
+    key.push_str("slr:{");
+    key.push_str(tenant);
+    key.push_str("}:");
+    let _ = write!(key, "{:032x}", rand::random::<u128>());
+    key
 }
 
 fn short_hash(s: &str) -> String {
@@ -144,6 +196,10 @@ mod tests {
         assert_eq!(bucket("t1", "r1", None), "sl:{t1}:r1:*");
         assert_eq!(bucket("t1", "r1", Some("user-42")), "sl:{t1}:r1:s:user-42");
         assert!(request("t1", "req-1").starts_with("slr:{t1}:"));
+        let call = call_record("t1");
+        assert!(call.starts_with("slr:{t1}:"), "{call}");
+        assert_eq!(call.len(), request("t1", "req-1").len());
+        assert_ne!(call, call_record("t1"));
     }
 
     #[test]
@@ -155,6 +211,19 @@ mod tests {
             .collect();
         assert_eq!(parts.len(), 6);
         assert_eq!(rule_part("r", Algorithm::Gcra), "r.gcra");
+    }
+
+    #[test]
+    fn a_rule_bucket_is_the_bucket_of_its_rule_part() {
+        let long = "é".repeat(100);
+        for algorithm in app::rules::Algorithm::ALL {
+            for subject in [None, Some("user-42"), Some("a b"), Some(long.as_str())] {
+                assert_eq!(
+                    rule_bucket("t1", "r1", algorithm, subject),
+                    bucket("t1", &rule_part("r1", algorithm), subject)
+                );
+            }
+        }
     }
 
     #[test]

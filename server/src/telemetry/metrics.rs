@@ -2,13 +2,13 @@
 //! methods (`other` for the rest), cache names, Redis nodes, and at most
 //! [`MAX_POLICY_LABELS`] rule names (`other` after that); never raw paths, subjects or keys.
 
-use std::collections::HashSet;
-use std::sync::{Arc, RwLock};
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 use super::recorder::{Outcome, Recorder};
@@ -41,18 +41,20 @@ pub struct Metrics {
     /// 1 while the circuit breaker of a Redis node is open.
     redis_breaker_open: IntGaugeVec,
     /// Calls answered at once, without Redis, because a breaker was open.
-    redis_breaker_refused: prometheus::IntCounter,
+    redis_breaker_refused: IntCounter,
     /// Checks decided in process because the limiter could not decide (`local` rules).
-    local_decisions: prometheus::IntCounter,
-    cached_denials: prometheus::IntCounter,
+    local_decisions: IntCounter,
+    cached_denials: IntCounter,
     /// Loads of keys and tenants from the store (cache misses and refreshes, coalesced).
     cache_loads: IntCounterVec,
     /// Subscriptions to admin changes made (the first, and each after a lost one).
-    change_subscriptions: prometheus::IntCounter,
+    change_subscriptions: IntCounter,
     /// HTTP requests being served now.
     http_in_flight: IntGauge,
     /// The rule names that have a `policy` label of their own.
     policies: Arc<PolicyLabels>,
+    /// The series of the check path, resolved once.
+    check_series: Arc<CheckSeries>,
 }
 
 /// The most distinct rule names `/metrics` carries as `policy` labels; checks of any further
@@ -60,35 +62,72 @@ pub struct Metrics {
 /// tenant creating and deleting rules would grow every scrape without end.
 pub const MAX_POLICY_LABELS: usize = 1_000;
 
-/// The `policy` label values handed out so far.
+/// One policy's series, each resolved from its vector the first time it counts (so `/metrics`
+/// shows only the outcomes that happened), then counted without a label lookup.
 #[derive(Debug, Default)]
-struct PolicyLabels(RwLock<HashSet<Box<str>>>);
+struct PolicySeries {
+    allowed: OnceLock<IntCounter>,
+    denied: OnceLock<IntCounter>,
+    shadow_would_deny: OnceLock<IntCounter>,
+    fail_open: OnceLock<IntCounter>,
+    fail_closed: OnceLock<IntCounter>,
+}
+
+/// The `policy` label values handed out so far, with their series.
+#[derive(Debug, Default)]
+struct PolicyLabels(RwLock<HashMap<Box<str>, Arc<PolicySeries>>>);
 
 impl PolicyLabels {
-    /// `policy` itself while it has (or can get) a label of its own, `other` after that.
-    fn label<'a>(&self, policy: &'a str) -> &'a str {
+    /// `policy`'s label (itself while it has or can get one of its own, `other` after that)
+    /// and its series.
+    fn label<'a>(&self, policy: &'a str) -> (&'a str, Arc<PolicySeries>) {
         let known = self
             .0
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if known.contains(policy) {
-            return policy;
+        if let Some(series) = known.get(policy) {
+            return (policy, series.clone());
         }
         drop(known);
         let mut known = self
             .0
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(series) = known.get(policy) {
+            return (policy, series.clone());
+        }
         if known.len() < MAX_POLICY_LABELS {
-            known.insert(policy.into());
-            policy
-        } else if known.contains(policy) {
-            policy
+            let series = Arc::<PolicySeries>::default();
+            known.insert(policy.into(), series.clone());
+            (policy, series)
         } else {
-            "other"
+            let other = known.entry(OTHER.into()).or_default().clone();
+            (OTHER, other)
         }
     }
 }
+
+/// The label of the rule names past [`MAX_POLICY_LABELS`].
+const OTHER: &str = "other";
+
+/// The series every check counts in, resolved once (on first use, so a series appears on
+/// `/metrics` only once something happened).
+#[derive(Debug, Default)]
+struct CheckSeries {
+    /// `http_request_duration_seconds` of `POST /v1/check`.
+    duration: OnceLock<Histogram>,
+    /// `http_requests_total` of `POST /v1/check` answered 200 and 429.
+    allowed: OnceLock<IntCounter>,
+    denied: OnceLock<IntCounter>,
+    /// `cache_lookups_total` by cache (key, tenant) and result (hit, miss, stale, absent).
+    lookups: [[OnceLock<IntCounter>; 4]; 2],
+}
+
+const CACHES: [&str; 2] = ["key", "tenant"];
+const LOOKUP_RESULTS: [&str; 4] = ["hit", "miss", "stale", "absent"];
+
+/// The route template of `/v1/check` on `/metrics`.
+const CHECK_ROUTE: &str = "/v1/check";
 
 const LATENCY_BUCKETS: [f64; 14] = [
     0.00005, 0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0015, 0.0025, 0.005, 0.01, 0.025, 0.05,
@@ -175,17 +214,17 @@ impl Metrics {
             &["node"],
         )
         .expect("valid metric");
-        let redis_breaker_refused = prometheus::IntCounter::new(
+        let redis_breaker_refused = IntCounter::new(
             "redis_breaker_refused_total",
             "Redis calls answered at once, without Redis, because their node's breaker was open.",
         )
         .expect("valid metric");
-        let local_decisions = prometheus::IntCounter::new(
+        let local_decisions = IntCounter::new(
             "local_decisions_total",
             "Checks decided in this instance with its share of the limit, because the limiter could not decide (failure_mode local).",
         )
         .expect("valid metric");
-        let cached_denials = prometheus::IntCounter::new(
+        let cached_denials = IntCounter::new(
             "cached_denials_total",
             "Checks denied by this instance's deny cache without a limiter call, because the limiter had just denied the same check and its capacity cannot have come back yet (each is also counted in decisions_total).",
         )
@@ -195,7 +234,7 @@ impl Metrics {
             "Keys and tenants loaded from the store (one per id at a time, however many checks miss it).",
             &["cache"],
         );
-        let change_subscriptions = prometheus::IntCounter::new(
+        let change_subscriptions = IntCounter::new(
             "change_subscriptions_total",
             "Subscriptions to admin changes: the first, and one after each lost subscription (when every cached entry is marked stale).",
         )
@@ -250,6 +289,7 @@ impl Metrics {
             change_subscriptions,
             http_in_flight,
             policies: Arc::default(),
+            check_series: Arc::default(),
         }
     }
 
@@ -257,23 +297,25 @@ impl Metrics {
     /// `/metrics` (by policy) and in the dashboards' current second (by tenant and policy).
     pub fn outcome(&self, tenant: &str, policy: &str, outcome: Outcome) {
         self.live.decision(tenant, policy, outcome);
-        let policy = if policy.is_empty() {
-            policy
-        } else {
-            self.policies.label(policy)
-        };
-        match outcome {
-            Outcome::Allowed if policy.is_empty() => {
+        if policy.is_empty() {
+            if outcome == Outcome::Allowed {
                 self.decisions.with_label_values(&["", "no_rule"]).inc();
             }
-            Outcome::Allowed => self.decisions.with_label_values(&[policy, "allowed"]).inc(),
-            Outcome::Denied => self.decisions.with_label_values(&[policy, "denied"]).inc(),
-            Outcome::ShadowWouldDeny => self.shadow_would_deny.with_label_values(&[policy]).inc(),
-            Outcome::FailOpen => self.fail_open.with_label_values(&[policy]).inc(),
-            Outcome::FailClosed => self.fail_closed.with_label_values(&[policy]).inc(),
-            // A limiter error is a 500 on /metrics (http_requests_total).
-            Outcome::Error => {}
+            return;
         }
+        let (label, series) = self.policies.label(policy);
+        let (slot, vector, labels): (_, _, &[&str]) = match outcome {
+            Outcome::Allowed => (&series.allowed, &self.decisions, &[label, "allowed"]),
+            Outcome::Denied => (&series.denied, &self.decisions, &[label, "denied"]),
+            Outcome::ShadowWouldDeny => {
+                (&series.shadow_would_deny, &self.shadow_would_deny, &[label])
+            }
+            Outcome::FailOpen => (&series.fail_open, &self.fail_open, &[label]),
+            Outcome::FailClosed => (&series.fail_closed, &self.fail_closed, &[label]),
+            // A limiter error is a 500 on /metrics (http_requests_total).
+            Outcome::Error => return,
+        };
+        slot.get_or_init(|| vector.with_label_values(labels)).inc();
     }
 
     /// Times one limiter call (`slot`: the Cluster slot of its keys, for per-shard latency).
@@ -292,6 +334,31 @@ impl Metrics {
     pub fn http_started(&self) -> InFlight {
         self.http_in_flight.inc();
         InFlight(self.http_in_flight.clone())
+    }
+
+    /// Counts one `POST /v1/check` answered `status` after `elapsed`, as [`Self::http_request`]
+    /// would, through series resolved once.
+    pub fn check_answered(&self, status: axum::http::StatusCode, elapsed: Duration) {
+        let series = &self.check_series;
+        series
+            .duration
+            .get_or_init(|| self.http_duration.with_label_values(&["POST", CHECK_ROUTE]))
+            .observe(elapsed.as_secs_f64());
+        let slot = match status.as_u16() {
+            200 => &series.allowed,
+            429 => &series.denied,
+            _ => {
+                self.http_requests
+                    .with_label_values(&["POST", CHECK_ROUTE, status.as_str()])
+                    .inc();
+                return;
+            }
+        };
+        slot.get_or_init(|| {
+            self.http_requests
+                .with_label_values(&["POST", CHECK_ROUTE, status.as_str()])
+        })
+        .inc();
     }
 
     /// Counts one HTTP request by its route template.
@@ -340,7 +407,16 @@ impl Metrics {
 
     /// Counts one cache lookup.
     pub fn cache(&self, cache: &'static str, result: &'static str) {
-        self.cache_lookups.with_label_values(&[cache, result]).inc();
+        let known = CACHES
+            .iter()
+            .position(|c| *c == cache)
+            .zip(LOOKUP_RESULTS.iter().position(|r| *r == result));
+        match known {
+            Some((c, r)) => self.check_series.lookups[c][r]
+                .get_or_init(|| self.cache_lookups.with_label_values(&[cache, result]))
+                .inc(),
+            None => self.cache_lookups.with_label_values(&[cache, result]).inc(),
+        }
         self.live.cache(cache, result);
     }
 
@@ -373,11 +449,51 @@ mod tests {
         let labels = PolicyLabels::default();
         for i in 0..MAX_POLICY_LABELS {
             let name = format!("rule-{i}");
-            assert_eq!(labels.label(&name), name);
+            assert_eq!(labels.label(&name).0, name);
         }
-        assert_eq!(labels.label("one-too-many"), "other");
-        // Names that got a label keep it.
-        assert_eq!(labels.label("rule-7"), "rule-7");
-        assert_eq!(labels.0.read().unwrap().len(), MAX_POLICY_LABELS);
+        assert_eq!(labels.label("one-too-many").0, "other");
+        // Names that got a label keep it, and their series.
+        let (label, series) = labels.label("rule-7");
+        assert_eq!(label, "rule-7");
+        assert!(Arc::ptr_eq(&series, &labels.label("rule-7").1));
+        // One entry more: the shared `other`.
+        assert_eq!(labels.0.read().unwrap().len(), MAX_POLICY_LABELS + 1);
+    }
+
+    #[test]
+    fn series_resolved_once_count_where_a_label_lookup_would() {
+        let metrics = Metrics::new("embedded", "sqlite", "memory");
+        metrics.outcome("t", "per-user", Outcome::Allowed);
+        metrics.outcome("t", "per-user", Outcome::Allowed);
+        metrics.outcome("t", "per-user", Outcome::Denied);
+        metrics.outcome("t", "per-user", Outcome::FailClosed);
+        metrics.check_answered(axum::http::StatusCode::OK, Duration::from_millis(1));
+        metrics.check_answered(
+            axum::http::StatusCode::TOO_MANY_REQUESTS,
+            Duration::from_millis(1),
+        );
+        metrics.check_answered(
+            axum::http::StatusCode::UNAUTHORIZED,
+            Duration::from_millis(1),
+        );
+        metrics.cache("key", "hit");
+        metrics.cache("key", "hit");
+        metrics.cache("tenant", "miss");
+        let text = metrics.render();
+        for line in [
+            r#"sluice_decisions_total{outcome="allowed",policy="per-user"} 2"#,
+            r#"sluice_decisions_total{outcome="denied",policy="per-user"} 1"#,
+            r#"sluice_fail_closed_total{policy="per-user"} 1"#,
+            r#"sluice_http_requests_total{method="POST",route="/v1/check",status="200"} 1"#,
+            r#"sluice_http_requests_total{method="POST",route="/v1/check",status="429"} 1"#,
+            r#"sluice_http_requests_total{method="POST",route="/v1/check",status="401"} 1"#,
+            r#"sluice_http_request_duration_seconds_count{method="POST",route="/v1/check"} 3"#,
+            r#"sluice_cache_lookups_total{cache="key",result="hit"} 2"#,
+            r#"sluice_cache_lookups_total{cache="tenant",result="miss"} 1"#,
+        ] {
+            assert!(text.contains(line), "{line} missing from\n{text}");
+        }
+        // Outcomes that never happened have no series.
+        assert!(!text.contains("sluice_fail_open_total{"), "{text}");
     }
 }

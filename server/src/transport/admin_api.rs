@@ -81,7 +81,7 @@ impl FromRequestParts<AppState> for Acting {
         // The key's id makes the actor unique: display prefixes are only a few characters,
         // so another key could be made to share one.
         let label = format!("key:{} ({})", key.id, key.prefix);
-        match (key.kind, key.tenant_id) {
+        match (key.kind, key.tenant_id.clone()) {
             (Some(KeyKind::Operator), _) => Ok(Acting(Actor::Operator { label })),
             (Some(KeyKind::Admin), Some(tenant_id)) => {
                 Ok(Acting(Actor::TenantAdmin { tenant_id, label }))

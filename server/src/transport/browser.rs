@@ -32,7 +32,13 @@ pub const CONTENT_SECURITY: &str = "default-src 'self'; script-src 'self' 'unsaf
 /// Adds the security headers to every response that does not set its own.
 pub async fn headers(request: Request, next: Next) -> Response {
     let mut response = next.run(request).await;
-    let set = response.headers_mut();
+    secure(response.headers_mut());
+    response
+}
+
+/// The security headers of [`headers`], added to `set` where it has none of its own (`/v1/check`
+/// calls this itself, outside the middleware).
+pub fn secure(set: &mut HeaderMap) {
     let fixed = [
         (CONTENT_SECURITY_POLICY, CONTENT_SECURITY),
         (X_CONTENT_TYPE_OPTIONS, "nosniff"),
@@ -44,7 +50,6 @@ pub async fn headers(request: Request, next: Next) -> Response {
             set.insert(name, HeaderValue::from_static(value));
         }
     }
-    response
 }
 
 /// Refuses a state-changing call of a server function that does not come from this origin's

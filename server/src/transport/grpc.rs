@@ -235,7 +235,7 @@ fn respond(decided: &Decided, owners: &[Vec<usize>]) -> RateLimitResponse {
     let response_headers_to_add = rate_limit_headers(rule, decision, decided.allowed)
         .into_iter()
         .map(|(key, value)| HeaderValue {
-            key: key.to_owned(),
+            key: key.as_str().to_owned(),
             value,
             ..Default::default()
         })

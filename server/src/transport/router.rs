@@ -26,7 +26,7 @@ pub fn session_cookie(secure: bool) -> &'static str {
 }
 
 /// The router of one instance. Every request but a check or a probe is handed to the
-/// `console` runtime ([`console_runtime`]).
+/// `console` runtime ([`console_runtime`]); a check is routed outside all middleware.
 pub fn router(state: AppState, console_threads: tokio::runtime::Handle) -> Router {
     let sessions = SessionManagerLayer::new(SqlSessionStore::new(state.db.clone()))
         .with_name(session_cookie(state.secure_cookies))
@@ -46,11 +46,16 @@ pub fn router(state: AppState, console_threads: tokio::runtime::Handle) -> Route
     if !state.metrics_apart {
         router = router.route("/metrics", get(ops::metrics));
     }
-    router
+    // A check needs none of the middleware below (sessions, origin checks, the hand-over to
+    // the console's threads): it is routed beside them, and counts itself on `/metrics` and
+    // adds the security headers in its handler.
+    let checks = Router::new()
         .route(
             "/v1/check",
             post(check::check).layer(axum::extract::DefaultBodyLimit::max(check::MAX_BODY_BYTES)),
         )
+        .with_state(state.clone());
+    router
         .merge(admin_api::routes())
         .route("/v1/openapi.json", get(openapi::handler))
         .route("/live/dashboard", get(live::handler))
@@ -76,6 +81,7 @@ pub fn router(state: AppState, console_threads: tokio::runtime::Handle) -> Route
             console_runtime::hand_over,
         ))
         .with_state(state)
+        .merge(checks)
 }
 
 /// The router of the separate metrics listener (`SLUICE_METRICS_LISTEN`).

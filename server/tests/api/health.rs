@@ -212,6 +212,53 @@ async fn metrics_count_requests_by_route_template() {
     assert!(line.ends_with(" 3"), "{line}");
 }
 
+/// A check is routed outside the router's middleware, so its handler counts itself and adds
+/// the security headers: each answer, allowed, denied or refused, is counted by status.
+#[tokio::test]
+async fn checks_count_themselves_by_status_and_carry_the_security_headers() {
+    let app = spawn_embedded().await;
+    let op = app.operator_key().await;
+    let t = setup_tenant(
+        &app,
+        &op,
+        &[rule("one", "all", None, "token_bucket", 1, 60_000)],
+    )
+    .await;
+    let body = json!({ "route": "GET /x" });
+    let mut statuses = Vec::new();
+    for key in [Some(t.check_key.as_str()), Some(t.check_key.as_str()), None] {
+        let (status, headers, _) = app.call("POST", "/v1/check", key, Some(&body)).await;
+        assert_eq!(headers["x-content-type-options"], "nosniff");
+        assert_eq!(headers["x-frame-options"], "DENY");
+        assert!(headers["content-security-policy"]
+            .to_str()
+            .unwrap()
+            .contains("frame-ancestors 'none'"));
+        statuses.push(status);
+    }
+    assert_eq!(statuses, [200, 429, 401]);
+    let text = app.get("/metrics").await.text().await.unwrap();
+    for status in ["200", "429", "401"] {
+        let line = text
+            .lines()
+            .find(|l| {
+                l.starts_with("sluice_http_requests_total{")
+                    && l.contains(r#"route="/v1/check""#)
+                    && l.contains(&format!(r#"status="{status}""#))
+            })
+            .unwrap_or_else(|| panic!("no /v1/check {status} counter in {text}"));
+        assert!(line.ends_with(" 1"), "{line}");
+    }
+    let count = text
+        .lines()
+        .find(|l| {
+            l.starts_with("sluice_http_request_duration_seconds_count{")
+                && l.contains(r#"route="/v1/check""#)
+        })
+        .unwrap_or_else(|| panic!("no /v1/check duration in {text}"));
+    assert!(count.ends_with(" 3"), "{count}");
+}
+
 #[tokio::test]
 async fn invented_http_methods_share_one_metric_label() {
     let app = spawn_embedded().await;

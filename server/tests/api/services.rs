@@ -178,6 +178,26 @@ impl RedisServer {
     pub fn cli(&self, args: &[&str]) -> String {
         redis_cli(self.port, args).unwrap_or_else(|| panic!("redis-cli {args:?} failed"))
     }
+
+    /// `calls` and `usec_per_call` of `command` (lower case, e.g. `evalsha`) in `INFO
+    /// commandstats`, since the start or the last `CONFIG RESETSTAT`; 0 when it never ran.
+    pub fn command_stats(&self, command: &str) -> (u64, f64) {
+        let info = self.cli(&["INFO", "commandstats"]);
+        let prefix = format!("cmdstat_{command}:");
+        let Some(line) = info.lines().find_map(|l| l.strip_prefix(prefix.as_str())) else {
+            return (0, 0.0);
+        };
+        let field = |name: &str| {
+            line.split(',')
+                .find_map(|f| f.strip_prefix(name))
+                .map(str::trim)
+                .unwrap_or_else(|| panic!("no {name} in {line}"))
+        };
+        (
+            field("calls=").parse().expect("a count"),
+            field("usec_per_call=").parse().expect("a number"),
+        )
+    }
 }
 
 impl Drop for RedisServer {
