@@ -129,12 +129,26 @@ pub struct CheckInput {
 #[serde(deny_unknown_fields)]
 struct CheckBody<'a> {
     #[serde(borrow)]
-    route: Option<Cow<'a, str>>,
+    route: Option<Text<'a>>,
     cost: Option<serde_json::Number>,
     #[serde(borrow)]
-    subject: Option<Cow<'a, str>>,
+    subject: Option<Text<'a>>,
     #[serde(borrow)]
-    request_id: Option<Cow<'a, str>>,
+    request_id: Option<Text<'a>>,
+}
+
+/// A string field of the body: serde borrows a `Cow` only where it is the field's whole type,
+/// not inside an `Option`, hence this wrapper.
+#[derive(Debug, Deserialize)]
+#[serde(transparent)]
+struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
+
+impl std::ops::Deref for Text<'_> {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
 }
 
 impl CheckInput {
@@ -259,6 +273,16 @@ impl Descriptor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_bodys_strings_are_borrowed_unless_escaped() {
+        let plain: CheckBody<'_> =
+            serde_json::from_slice(br#"{"route":"GET /x","subject":"u1"}"#).unwrap();
+        assert!(matches!(plain.route.unwrap().0, Cow::Borrowed("GET /x")));
+        assert!(matches!(plain.subject.unwrap().0, Cow::Borrowed("u1")));
+        let escaped: CheckBody<'_> = serde_json::from_slice(br#"{"route":"GET /\u0078"}"#).unwrap();
+        assert!(matches!(escaped.route.unwrap().0, Cow::Owned(s) if s == "GET /x"));
+    }
 
     fn parse(json: &str) -> Result<CheckInput, InputError> {
         CheckInput::parse_json(json.as_bytes())

@@ -11,9 +11,9 @@ use app::rules::model::{Decision, Verdict};
 use axum::body::Body;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::State;
-use axum::http::header::{CONTENT_TYPE, RETRY_AFTER};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::extract::{FromRequest, Request, State};
+use axum::http::header::{ALLOW, CONTENT_TYPE, RETRY_AFTER};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
@@ -21,6 +21,7 @@ use serde::Serialize;
 use super::browser::secure;
 use super::credentials::presented_key;
 use super::error::ApiError;
+use super::ops::method_label;
 use super::state::AppState;
 use crate::decide::{Answer, CheckInput, Mode};
 use crate::store::rules::Rule;
@@ -53,14 +54,14 @@ fn seconds_up(ms: u64) -> u64 {
 
 /// `POST /v1/check`. Routed outside the router's middleware, it does itself what that did for
 /// it: it counts itself in `http_requests_total`, `http_request_duration_seconds` and
-/// `http_requests_in_flight`, and adds the security headers.
-pub async fn check(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
+/// `http_requests_in_flight` (reading the body included), and adds the security headers.
+pub async fn check(State(state): State<AppState>, request: Request) -> Response {
     let _in_flight = state.metrics.http_started();
     let started = Instant::now();
+    let (mut parts, body) = request.into_parts();
+    let headers = std::mem::take(&mut parts.headers);
+    // The body limit travels in the request's extensions, so it still applies here.
+    let body = Bytes::from_request(Request::from_parts(parts, body), &state).await;
     let mut response = decide(&state, &headers, body)
         .await
         .unwrap_or_else(IntoResponse::into_response);
@@ -68,6 +69,26 @@ pub async fn check(
     state.metrics.check_done(elapsed);
     state.metrics.check_answered(response.status(), elapsed);
     secure(response.headers_mut());
+    response
+}
+
+/// `/v1/check` with any method but POST: 405, counted and with the security headers, as the
+/// router's middleware would have done.
+pub async fn not_allowed(State(state): State<AppState>, method: Method) -> Response {
+    let _in_flight = state.metrics.http_started();
+    let started = Instant::now();
+    let mut response = (
+        StatusCode::METHOD_NOT_ALLOWED,
+        [(ALLOW, HeaderValue::from_static("POST"))],
+    )
+        .into_response();
+    secure(response.headers_mut());
+    state.metrics.http_request(
+        method_label(&method),
+        "/v1/check",
+        response.status().as_str(),
+        started.elapsed(),
+    );
     response
 }
 

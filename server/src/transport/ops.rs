@@ -57,7 +57,7 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
 
 /// The `method` label of a request: one of the nine methods HTTP defines, or `other`, so a
 /// client inventing methods cannot add series to `/metrics`.
-fn method_label(method: &Method) -> &'static str {
+pub(super) fn method_label(method: &Method) -> &'static str {
     match method.as_str() {
         "GET" => "GET",
         "HEAD" => "HEAD",

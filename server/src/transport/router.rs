@@ -52,7 +52,9 @@ pub fn router(state: AppState, console_threads: tokio::runtime::Handle) -> Route
     let checks = Router::new()
         .route(
             "/v1/check",
-            post(check::check).layer(axum::extract::DefaultBodyLimit::max(check::MAX_BODY_BYTES)),
+            post(check::check)
+                .fallback(check::not_allowed)
+                .layer(axum::extract::DefaultBodyLimit::max(check::MAX_BODY_BYTES)),
         )
         .with_state(state.clone());
     router

@@ -257,6 +257,21 @@ async fn checks_count_themselves_by_status_and_carry_the_security_headers() {
         })
         .unwrap_or_else(|| panic!("no /v1/check duration in {text}"));
     assert!(count.ends_with(" 3"), "{count}");
+    // Another method: 405, with the headers, and counted like any other answer.
+    let response = app.get("/v1/check").await;
+    assert_eq!(response.status(), 405);
+    assert_eq!(response.headers()["allow"], "POST");
+    assert_eq!(response.headers()["x-content-type-options"], "nosniff");
+    let text = app.get("/metrics").await.text().await.unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("sluice_http_requests_total{")
+                && l.contains(r#"method="GET""#)
+                && l.contains(r#"route="/v1/check""#)
+                && l.contains(r#"status="405""#)
+                && l.ends_with(" 1")),
+        "no GET /v1/check 405 counter in {text}"
+    );
 }
 
 #[tokio::test]
