@@ -246,6 +246,18 @@ test('a tenant admin: rule, check key to 429, rotation with grace, revocation, a
   await page.getByTestId('simulate').click();
   await expect(page.getByTestId('simulation')).toHaveAttribute('data-allowed', 'false');
   await expect(page.getByTestId('simulation')).toContainText('deciding rule is checkout');
+  // Its bucket reset from the result, after a confirmation: the same check is simulated
+  // again and would now be allowed, and the audit log has the reset.
+  await page.getByTestId('simulated-rule').getByTestId('reset-bucket').click();
+  await expect(page.getByText('Clear the tenant-wide bucket of rule checkout?')).toBeVisible();
+  await page.getByTestId('reset-bucket-confirm').click();
+  await expect(page.getByTestId('reset-done')).toContainText("Rule checkout's bucket for the whole tenant: cleared.");
+  await expect(page.getByTestId('simulation')).toHaveAttribute('data-allowed', 'true');
+  await saveScreenshot('simulate-reset');
+  const [listed, resets] = await serverFn(page, 'audit/list', { tenant: tenantId, filter: { action: 'rule.reset' } });
+  expect(listed, resets).toBe(true);
+  expect(JSON.parse(resets)).toHaveLength(1);
+  expect(JSON.parse(resets)[0].actor).toBe(`user:${adminEmail}`);
   await page.getByLabel('Route').fill('GET /free');
   await page.getByTestId('simulate').click();
   await expect(page.getByTestId('simulation')).toContainText('No rule applies');
@@ -295,6 +307,8 @@ test('tenant isolation: a tenant admin sees and changes nothing of another tenan
     ['keys/revoke', { tenant: a.id, key: keyId }],
     ['audit/list', { tenant: b.id, filter: {} }],
     ['simulate', { tenant: b.id, input: { route: 'GET /' } }],
+    ['reset_bucket', { tenant: b.id, rule_id: ruleId, input: {} }],
+    ['reset_bucket', { tenant: a.id, rule_id: ruleId, input: {} }],
     ['rules/import_envoy', { tenant: b.id, yaml: 'domain: x\ndescriptors: []\n', apply: true }],
   ];
   for (const [endpoint, args] of attempts) {

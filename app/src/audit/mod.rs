@@ -10,14 +10,17 @@ use serde::{Deserialize, Serialize};
 use crate::error::AppError;
 
 /// Every action the audit log records.
-pub const ACTIONS: [&str; 10] = [
+pub const ACTIONS: [&str; 13] = [
     "tenant.create",
     "tenant.suspend",
     "tenant.resume",
+    "tenant.quotas",
     "user.create",
     "rule.create",
     "rule.update",
     "rule.delete",
+    "rule.reset",
+    "rules.import",
     "key.create",
     "key.rotate",
     "key.revoke",

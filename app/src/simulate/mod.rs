@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::AppError;
 use crate::rules::model::Verdict;
+use crate::rules::Scope;
 
 /// What to simulate: the fields of a check.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,6 +29,8 @@ pub struct SimulatedRule {
     pub rule_id: String,
     pub policy: String,
     pub shadow: bool,
+    /// Whether the rule counts the subject's own bucket or one for the whole tenant.
+    pub scope: Scope,
     pub verdict: Verdict,
     pub limit: u64,
     /// Capacity that would be left if the check were made now.
@@ -48,6 +51,24 @@ pub struct Simulation {
     pub now_ms: i64,
 }
 
+/// Which bucket of a rule to clear: a subject's, or (left out) the rule's tenant-wide one.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResetInput {
+    #[serde(default)]
+    pub subject: Option<String>,
+}
+
+/// A bucket cleared: its next check starts it full, on every instance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResetOutcome {
+    pub rule_id: String,
+    pub policy: String,
+    pub subject: Option<String>,
+    /// Whether the bucket held anything (false: it was already empty or expired).
+    pub cleared: bool,
+}
+
 /// What this feature's server functions need from the server (which implements it). Acting
 /// calls act as the session's user: an operator on any tenant, a tenant admin on their own
 /// tenant only (any other tenant is `NotFound`); without a session they are `Unauthorized`.
@@ -55,6 +76,13 @@ pub struct Simulation {
 #[async_trait::async_trait]
 pub trait SimulatePort: Send + Sync + 'static {
     async fn simulate(&self, tenant: &str, input: SimulateInput) -> Result<Simulation, AppError>;
+    /// Clears one bucket of the tenant's rule `rule_id`, as `POST …/rules/{id}/reset` does.
+    async fn reset(
+        &self,
+        tenant: &str,
+        rule_id: &str,
+        input: ResetInput,
+    ) -> Result<ResetOutcome, AppError>;
 }
 
 /// Runs a dry check for `tenant`.
@@ -62,5 +90,17 @@ pub trait SimulatePort: Send + Sync + 'static {
 pub async fn simulate(tenant: String, input: SimulateInput) -> Result<Simulation, AppError> {
     crate::context::port::<dyn SimulatePort>()?
         .simulate(&tenant, input)
+        .await
+}
+
+/// Clears one bucket of `rule_id` (a subject's, or the tenant-wide one) on every instance.
+#[server(prefix = "/api", endpoint = "reset_bucket", input = Json)]
+pub async fn reset_bucket(
+    tenant: String,
+    rule_id: String,
+    input: ResetInput,
+) -> Result<ResetOutcome, AppError> {
+    crate::context::port::<dyn SimulatePort>()?
+        .reset(&tenant, &rule_id, input)
         .await
 }

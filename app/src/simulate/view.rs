@@ -3,11 +3,11 @@
 use leptos::ev::SubmitEvent;
 use leptos::prelude::*;
 
-use super::{SimulateInput, Simulation};
+use super::{ResetBucket, ResetInput, SimulateInput, Simulation};
 use crate::rules::model::Verdict;
-use crate::rules::{check_text, MAX_COST};
+use crate::rules::{check_text, Scope, MAX_COST};
 use crate::tenants::view::TenantTabs;
-use crate::ui::{use_tenant, ErrorNote};
+use crate::ui::{use_tenant, ConfirmButton, ErrorNote};
 
 /// A tenant's dry-run page.
 #[component]
@@ -39,6 +39,8 @@ pub fn SimulatePage() -> impl IntoView {
         problems
     });
     let touched = RwSignal::new(false);
+    // The input of the simulation on screen: a reset runs it again, to show the bucket full.
+    let shown = RwSignal::new(None::<SimulateInput>);
     let on_submit = move |ev: SubmitEvent| {
         ev.prevent_default();
         touched.set(true);
@@ -46,15 +48,36 @@ pub fn SimulatePage() -> impl IntoView {
             return;
         }
         let subject = subject.get_untracked();
+        let input = SimulateInput {
+            route: route.get_untracked(),
+            subject: (!subject.is_empty()).then_some(subject),
+            cost: cost.get_untracked().trim().parse().ok(),
+        };
+        shown.set(Some(input.clone()));
         run.dispatch(super::Simulate {
             tenant: tenant.get_untracked(),
-            input: SimulateInput {
-                route: route.get_untracked(),
-                subject: (!subject.is_empty()).then_some(subject),
-                cost: cost.get_untracked().trim().parse().ok(),
-            },
+            input,
         });
     };
+    let reset = ServerAction::<ResetBucket>::new();
+    // Once a reset is answered, simulate the same check again.
+    Effect::new(move |_| {
+        if let Some(Ok(_)) = reset.value().get() {
+            if let Some(input) = shown.get_untracked() {
+                run.dispatch(super::Simulate {
+                    tenant: tenant.get_untracked(),
+                    input,
+                });
+            }
+        }
+    });
+    let on_reset = Callback::new(move |(rule_id, subject): (String, Option<String>)| {
+        reset.dispatch(ResetBucket {
+            tenant: tenant.get_untracked(),
+            rule_id,
+            input: ResetInput { subject },
+        });
+    });
     view! {
         <TenantTabs tenant=tenant current="simulate"/>
         <section class="card" aria-labelledby="simulate-title">
@@ -74,16 +97,37 @@ pub fn SimulatePage() -> impl IntoView {
             {move || (touched.get() && !problems.get().is_empty()).then(|| view! {
                 <ul class="field-error">{problems.get().into_iter().map(|p| view! { <li>{p}</li> }).collect_view()}</ul>
             })}
+            {move || reset.value().get().map(|r| match r {
+                Ok(done) => {
+                    let whose = done.subject.map_or_else(|| "the whole tenant".to_owned(), |s| format!("subject {s}"));
+                    let said = if done.cleared { "cleared" } else { "already empty" };
+                    view! {
+                        <p class="ok" role="status" data-testid="reset-done">
+                            {format!("Rule {}'s bucket for {whose}: {said}. Its next check starts with the full limit, on every instance.", done.policy)}
+                        </p>
+                    }.into_any()
+                }
+                Err(e) => view! { <ErrorNote error=e/> }.into_any(),
+            })}
             {move || run.value().get().map(|r| match r {
-                Ok(sim) => view! { <SimulationResult sim=sim/> }.into_any(),
+                Ok(sim) => {
+                    let subject = shown.get_untracked().and_then(|i| i.subject);
+                    view! { <SimulationResult sim=sim subject=subject on_reset=on_reset/> }.into_any()
+                }
                 Err(e) => view! { <ErrorNote error=e/> }.into_any(),
             })}
         </section>
     }
 }
 
+/// The simulation's answer, a row per rule; each rule's bucket (the simulated `subject`'s, or
+/// the tenant's) can be reset from its row, after a confirmation.
 #[component]
-fn SimulationResult(sim: Simulation) -> impl IntoView {
+fn SimulationResult(
+    sim: Simulation,
+    subject: Option<String>,
+    on_reset: Callback<(String, Option<String>)>,
+) -> impl IntoView {
     let verdict = if sim.allowed { "allowed" } else { "denied" };
     let headline = match &sim.policy {
         None => "No rule applies to this route: it would be allowed.".to_owned(),
@@ -96,7 +140,7 @@ fn SimulationResult(sim: Simulation) -> impl IntoView {
                 <table class="grid">
                     <thead><tr>
                         <th scope="col">"Rule"</th><th scope="col">"Verdict"</th><th scope="col">"Remaining after"</th>
-                        <th scope="col">"Retry after"</th><th scope="col">"Full again in"</th>
+                        <th scope="col">"Retry after"</th><th scope="col">"Full again in"</th><th scope="col">"Bucket"</th>
                     </tr></thead>
                     <tbody>
                         {sim.rules.clone().into_iter().map(|r| {
@@ -105,6 +149,19 @@ fn SimulationResult(sim: Simulation) -> impl IntoView {
                                 Verdict::Deny => "deny",
                                 Verdict::NeverFits => "never fits (cost above capacity)",
                             };
+                            let bucket_subject = match r.scope {
+                                Scope::Subject => subject.clone(),
+                                Scope::Tenant => None,
+                            };
+                            let whose = match (&r.scope, &bucket_subject) {
+                                (Scope::Subject, Some(s)) => format!("subject {s}'s bucket"),
+                                _ => "the tenant-wide bucket".to_owned(),
+                            };
+                            let question = format!("Clear {whose} of rule {}? Its next check starts with the full limit.", r.policy);
+                            let reset_it = Callback::new({
+                                let rule_id = r.rule_id.clone();
+                                move |()| on_reset.run((rule_id.clone(), bucket_subject.clone()))
+                            });
                             view! {
                                 <tr data-testid="simulated-rule">
                                     <td>{r.policy.clone()}{r.shadow.then_some(" (shadow)")}</td>
@@ -112,6 +169,7 @@ fn SimulationResult(sim: Simulation) -> impl IntoView {
                                     <td>{format!("{} of {}", r.remaining.max(0.0).floor(), r.limit)}</td>
                                     <td>{format!("{} ms", r.retry_after_ms)}</td>
                                     <td>{format!("{} ms", r.reset_after_ms)}</td>
+                                    <td><ConfirmButton label="Reset".into() question=question on_confirm=reset_it danger=true testid="reset-bucket"/></td>
                                 </tr>
                             }
                         }).collect_view()}

@@ -3,11 +3,14 @@
 //! within the limiter's rules. The cap is counted inside the transaction that writes the
 //! rule, after locking the tenant's row, so concurrent creates cannot pass it together.
 
-use app::rules::{MatchKind, RuleBody, RuleInfo};
+use app::rules::{MatchKind, RuleBody, RuleInfo, Scope};
+use app::simulate::{ResetInput, ResetOutcome};
 use serde_json::json;
 
 use super::quotas::{self, Quotas};
-use super::{dto, Actor, AdminService, Event, ServiceError};
+use super::{dto, invalid, Actor, AdminService, Event, ServiceError};
+use crate::decide::Subject;
+use crate::limiter::keys;
 use crate::propagation::Change;
 use crate::store;
 
@@ -173,5 +176,69 @@ impl AdminService {
         )
         .await?;
         Ok(())
+    }
+
+    /// Clears one bucket of a rule: `input.subject`'s, or the rule's tenant-wide bucket. The
+    /// bucket is removed from the limiter first (Redis, or this process); then the reset is
+    /// audited and the tenant's change announced, which drops every instance's deny cache of
+    /// the tenant, so no instance keeps denying what the cleared bucket now admits. Buckets
+    /// counted under a limit an Envoy descriptor set (`limit` in the request) are not
+    /// touched: they are keyed by that limit's period, which the reset does not name.
+    pub async fn reset_bucket(
+        &self,
+        actor: &Actor,
+        tenant_id: &str,
+        rule_id: &str,
+        input: &ResetInput,
+    ) -> Result<ResetOutcome, ServiceError> {
+        self.authorize(actor, tenant_id).await?;
+        let rule = store::rules::get(&self.db, tenant_id, rule_id)
+            .await?
+            .ok_or(ServiceError::NotFound("rule"))?;
+        let name = &rule.body.name;
+        let subject = match (rule.body.scope, input.subject.as_deref()) {
+            (Scope::Subject, Some(subject)) => Some(
+                Subject::parse(subject)
+                    .map_err(|e| invalid(e.field, e.message))?
+                    .as_str()
+                    .to_owned(),
+            ),
+            (Scope::Subject, None) => {
+                return Err(invalid(
+                    "subject",
+                    format!("rule {name:?} limits each subject separately: name the subject whose bucket to clear"),
+                ))
+            }
+            (Scope::Tenant, Some(_)) => {
+                return Err(invalid(
+                    "subject",
+                    format!("rule {name:?} has one bucket for the whole tenant: leave `subject` out"),
+                ))
+            }
+            (Scope::Tenant, None) => None,
+        };
+        let key = keys::rule_bucket(tenant_id, &rule.id, rule.body.algorithm, subject.as_deref());
+        let cleared = self.decider.reset(&key).await?;
+        let tx = self.db.begin().await?;
+        self.commit(
+            tx,
+            actor,
+            Event {
+                tenant: Some(tenant_id),
+                action: "rule.reset",
+                target: Some(rule_id),
+                detail: json!({ "policy": name, "subject": subject, "cleared": cleared }),
+            },
+            [Change::Tenant {
+                id: tenant_id.to_owned(),
+            }],
+        )
+        .await?;
+        Ok(ResetOutcome {
+            rule_id: rule.id.clone(),
+            policy: name.clone(),
+            subject,
+            cleared,
+        })
     }
 }

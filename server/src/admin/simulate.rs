@@ -36,6 +36,7 @@ impl AdminService {
                         rule_id: rule.id.clone(),
                         policy: rule.body.name.clone(),
                         shadow: rule.body.shadow,
+                        scope: rule.body.scope,
                         verdict: d.verdict,
                         limit: d.limit,
                         remaining: d.remaining,

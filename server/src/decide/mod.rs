@@ -33,7 +33,7 @@ use app::rules::FailureMode;
 pub use deny_cache::DenyCache;
 pub use error::DecideError;
 pub use identity::{Identities, UsageRecorder};
-pub use input::{CheckInput, Descriptor, InputError, LimitOverride, MAX_DESCRIPTORS};
+pub use input::{CheckInput, Descriptor, InputError, LimitOverride, Subject, MAX_DESCRIPTORS};
 pub use tenant::{CompiledTenant, MAX_RULES_PER_MATCH};
 
 use crate::dashboard::LiveInstances;
@@ -118,6 +118,12 @@ impl Decider {
             fallback: MemoryBackend::new(),
             live,
         }
+    }
+
+    /// Clears one bucket in the shared limiter (a reset; see [`Limiter::reset`]). The caller
+    /// announces the tenant's change, which drops every instance's deny cache of it.
+    pub async fn reset(&self, key: &str) -> Result<bool, LimiterError> {
+        self.limiter.reset(key).await
     }
 
     /// Decides `input` against `tenant`'s rules: the most specific route rules plus every

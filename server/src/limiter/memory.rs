@@ -281,6 +281,24 @@ impl MemoryBackend {
         Ok(outcome)
     }
 
+    /// Removes the bucket `key` (a reset: its next check starts it afresh) and takes it off
+    /// its tenant's count of stored keys. Whether a live bucket was there.
+    pub fn remove(&self, key: &str, now: i64) -> bool {
+        let removed = lock(&self.shards[self.shard_of(key)]).buckets.remove(key);
+        let Some((_, expires)) = removed else {
+            return false;
+        };
+        let mut counts = lock(&self.counts);
+        let tenant = tenant_of(key);
+        if let Some(count) = counts.get_mut(tenant) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                counts.remove(tenant);
+            }
+        }
+        expires > now
+    }
+
     /// The stored state of `key`, expired or not (for tests and diagnostics).
     pub fn peek(&self, key: &str) -> Option<(State, i64)> {
         lock(&self.shards[self.shard_of(key)])

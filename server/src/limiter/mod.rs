@@ -77,6 +77,21 @@ impl Limiter {
         }
     }
 
+    /// Clears the bucket `key` (one `DEL` on Redis, routed to its node on a Cluster): the next
+    /// check of it finds it absent and starts full, as after it expired. Whether a live
+    /// bucket was there.
+    pub async fn reset(&self, key: &str) -> Result<bool, LimiterError> {
+        match self {
+            Limiter::InProcess(memory) => Ok(memory.remove(key, crate::store::now_ms())),
+            Limiter::Redis(redis, _) => {
+                let mut del = redis::cmd("DEL");
+                del.arg(key);
+                let removed: i64 = redis.query_routed(&del, Some(key)).await?;
+                Ok(removed > 0)
+            }
+        }
+    }
+
     /// Decides one request against all its rules atomically. It is admitted (and every
     /// rule consumed) only if every enforced rule admits it; otherwise nothing is consumed
     /// except by rules with `penalty`.

@@ -6,7 +6,7 @@
 use app::audit::AuditFilter;
 use app::keys::KeyKind;
 use app::rules::RuleBody;
-use app::simulate::SimulateInput;
+use app::simulate::{ResetInput, SimulateInput};
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
@@ -53,6 +53,10 @@ pub fn routes() -> Router<AppState> {
         .route(
             "/v1/admin/tenants/{tenant}/keys/{id}/revoke",
             post(revoke_key),
+        )
+        .route(
+            "/v1/admin/tenants/{tenant}/rules/{id}/reset",
+            post(reset_bucket),
         )
         .route("/v1/admin/tenants/{tenant}/simulate", post(simulate))
         .route("/v1/admin/tenants/{tenant}/audit", get(tenant_audit))
@@ -279,6 +283,20 @@ async fn revoke_operator_key(
     Path(id): Path<String>,
 ) -> Result<impl IntoResponse, ApiError> {
     Ok(Json(state.admin.revoke_operator_key(&actor, &id).await?))
+}
+
+async fn reset_bucket(
+    State(state): State<AppState>,
+    Acting(actor): Acting,
+    Path((tenant, id)): Path<(String, String)>,
+    AppJson(input): AppJson<ResetInput>,
+) -> Result<impl IntoResponse, ApiError> {
+    Ok(Json(
+        state
+            .admin
+            .reset_bucket(&actor, &tenant, &id, &input)
+            .await?,
+    ))
 }
 
 async fn simulate(

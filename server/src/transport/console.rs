@@ -13,7 +13,7 @@ use app::keys::{sha256_hex, KeyInfo, KeyKind, KeysPort};
 use app::rules::{
     Algorithm, FailureMode, ImportPreview, MatchKind, RuleBody, RuleInfo, RulesPort, Scope,
 };
-use app::simulate::{SimulateInput, SimulatePort, Simulation};
+use app::simulate::{ResetInput, ResetOutcome, SimulateInput, SimulatePort, Simulation};
 use app::status::{Status, StatusPort};
 use app::tenants::{TenantInfo, TenantStatus, TenantsPort};
 use app::AppError;
@@ -538,6 +538,19 @@ impl SimulatePort for ConsoleService {
         let actor = self.actor().await?;
         self.admin
             .simulate(&actor, tenant, &input)
+            .await
+            .map_err(service_error)
+    }
+
+    async fn reset(
+        &self,
+        tenant: &str,
+        rule_id: &str,
+        input: ResetInput,
+    ) -> Result<ResetOutcome, AppError> {
+        let actor = self.actor().await?;
+        self.admin
+            .reset_bucket(&actor, tenant, rule_id, &input)
             .await
             .map_err(service_error)
     }

@@ -49,10 +49,8 @@ fn admin_errors(mut responses: Value, with_body: bool) -> Value {
         "404".into(),
         problem("No such resource, or one of another tenant."),
     );
-    map.insert(
-        "503".into(),
-        problem("The configuration store is unavailable."),
-    );
+    map.entry("503")
+        .or_insert_with(|| problem("The configuration store is unavailable."));
     responses
 }
 
@@ -134,7 +132,7 @@ pub fn document() -> Value {
                 }
             },
             "/v1/admin/tenants/{tenant}/rules/{id}": {
-                "parameters": [tenant_param(), rule_id],
+                "parameters": [tenant_param(), rule_id.clone()],
                 "get": operation("getRule", "rules", "Read a rule.", admin_errors(json!({ "200": ok("The rule.", schema("Rule")) }), false)),
                 "put": {
                     "operationId": "replaceRule", "tags": ["rules"], "summary": "Replace a rule.",
@@ -191,6 +189,15 @@ pub fn document() -> Value {
             "/v1/admin/operator-keys/{id}/revoke": {
                 "parameters": [key_id.clone()],
                 "post": operation("revokeOperatorKey", "keys", "Revoke an operator key on every instance within a second (operators only).", admin_errors(json!({ "200": ok("Revoked.", schema("ApiKey")) }), false))
+            },
+            "/v1/admin/tenants/{tenant}/rules/{id}/reset": {
+                "parameters": [tenant_param(), rule_id],
+                "post": {
+                    "operationId": "resetBucket", "tags": ["rules"],
+                    "summary": "Clear one bucket of a rule (a subject's, or with `{}` the rule's tenant-wide bucket) on every instance at once: its next check starts full. Audited as rule.reset.",
+                    "requestBody": body("ResetRequest"),
+                    "responses": admin_errors(json!({ "200": ok("The bucket is cleared.", schema("ResetResult")), "503": problem("The limiter's Redis is unavailable; nothing was cleared. Retry.") }), true)
+                }
             },
             "/v1/admin/tenants/{tenant}/simulate": {
                 "parameters": [tenant_param()],
@@ -372,6 +379,20 @@ fn schemas() -> Value {
                            "description": "Whether the key authenticates now: grace is a rotated key that works until it expires." }
             }
         },
+        "ResetRequest": {
+            "type": "object", "additionalProperties": false,
+            "properties": {
+                "subject": { "type": ["string", "null"], "description": "The subject whose bucket to clear; required by a rule that limits each subject, left out for a tenant-wide rule." }
+            }
+        },
+        "ResetResult": {
+            "type": "object", "required": ["rule_id", "policy", "subject", "cleared"],
+            "properties": {
+                "rule_id": { "type": "string" }, "policy": { "type": "string" },
+                "subject": { "type": ["string", "null"] },
+                "cleared": { "type": "boolean", "description": "Whether the bucket held anything (false: it was empty or had expired)." }
+            }
+        },
         "SimulateRequest": {
             "type": "object", "required": ["route"], "additionalProperties": false,
             "properties": {
@@ -388,9 +409,10 @@ fn schemas() -> Value {
                 "now_ms": millis,
                 "rules": { "type": "array", "items": {
                     "type": "object",
-                    "required": ["rule_id", "policy", "shadow", "verdict", "limit", "remaining", "reset_after_ms", "retry_after_ms"],
+                    "required": ["rule_id", "policy", "shadow", "scope", "verdict", "limit", "remaining", "reset_after_ms", "retry_after_ms"],
                     "properties": {
                         "rule_id": { "type": "string" }, "policy": { "type": "string" }, "shadow": { "type": "boolean" },
+                        "scope": { "type": "string", "enum": ["tenant", "subject"], "description": "Whose bucket the rule counts: the subject's own, or one for the whole tenant (what a reset of it clears)." },
                         "verdict": { "type": "string", "enum": ["allow", "deny", "never_fits"] },
                         "limit": { "type": "integer" },
                         "remaining": { "type": "number", "description": "Capacity left if the check were made now." },

@@ -8,7 +8,9 @@ use futures::future::join_all;
 use serde_json::{json, Value};
 use sluice::config::Config;
 
-use crate::helpers::{new_key, rule, setup_tenant, spawn_app, spawn_embedded, TestApp};
+use crate::helpers::{
+    distributed, new_key, rule, setup_tenant, spawn_app, spawn_embedded, time_until, TestApp,
+};
 use crate::services::{shared_postgres, PostgresServer, RedisServer};
 
 fn limited() -> Value {
@@ -20,14 +22,6 @@ fn limited() -> Value {
         2,
         60_000,
     )
-}
-
-/// A distributed instance on `database_url` and the Redis at `redis_url`.
-async fn distributed(database_url: &str, redis_url: &str) -> TestApp {
-    let mut config = Config::embedded(tempfile::tempdir().unwrap().path().to_path_buf());
-    config.database_url = Some(database_url.to_owned());
-    config.redis_url = Some(redis_url.to_owned());
-    spawn_app(config).await
 }
 
 #[tokio::test]
@@ -759,18 +753,6 @@ async fn rule_caps_hold_under_concurrent_creates_on_postgres() {
     let mut config = Config::embedded(tempfile::tempdir().unwrap().path().to_path_buf());
     config.database_url = Some(shared_postgres().fresh_database().await);
     concurrent_creates_stop_at_the_cap(&spawn_app(config).await).await;
-}
-
-/// Polls `probe` until it returns true; returns how long that took.
-async fn time_until(mut probe: impl AsyncFnMut() -> bool, limit: Duration) -> Duration {
-    let started = Instant::now();
-    while started.elapsed() < limit * 3 {
-        if probe().await {
-            return started.elapsed();
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    panic!("not seen within {:?}", limit * 3);
 }
 
 #[tokio::test]

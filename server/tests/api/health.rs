@@ -1,6 +1,8 @@
 //! `/healthz`, `/readyz`, `/metrics`, the console page and its server function, in each mode.
 
-use crate::helpers::{embedded_config, rule, setup_tenant, spawn_app, spawn_embedded};
+use crate::helpers::{
+    distributed_on_cluster, embedded_config, rule, setup_tenant, spawn_app, spawn_embedded,
+};
 use crate::services::{shared_postgres, RedisCluster, RedisServer};
 use serde_json::json;
 use sluice::config::Config;
@@ -99,10 +101,8 @@ async fn distributed_instance_runs_on_postgres_and_a_redis_cluster() {
     let cluster = tokio::task::spawn_blocking(RedisCluster::start)
         .await
         .unwrap();
-    let mut config = Config::embedded(tempfile::tempdir().unwrap().path().to_path_buf());
-    config.database_url = Some(shared_postgres().fresh_database().await);
-    config.redis_cluster_nodes = cluster.urls();
-    let app = spawn_app(config).await;
+    let database = shared_postgres().fresh_database().await;
+    let app = distributed_on_cluster(&database, cluster.urls()).await;
     let ready = app.get("/readyz").await;
     assert_eq!(ready.status(), 200);
     let status: serde_json::Value = app

@@ -145,6 +145,40 @@ pub fn embedded_config() -> (Config, tempfile::TempDir) {
 }
 
 /// Starts an instance with `config` (its `listen` should use port 0).
+/// A distributed instance on the PostgreSQL database at `database_url` and the Redis at
+/// `redis_url`.
+pub async fn distributed(database_url: &str, redis_url: &str) -> TestApp {
+    let mut config = Config::embedded(tempfile::tempdir().unwrap().path().to_path_buf());
+    config.database_url = Some(database_url.to_owned());
+    config.redis_url = Some(redis_url.to_owned());
+    spawn_app(config).await
+}
+
+/// A distributed instance on the PostgreSQL database at `database_url` and the Redis Cluster
+/// of `nodes`.
+pub async fn distributed_on_cluster(database_url: &str, nodes: Vec<String>) -> TestApp {
+    let mut config = Config::embedded(tempfile::tempdir().unwrap().path().to_path_buf());
+    config.database_url = Some(database_url.to_owned());
+    config.redis_cluster_nodes = nodes;
+    spawn_app(config).await
+}
+
+/// Polls `probe` every 5 ms until it returns true; returns how long that took. Fails past
+/// three times `limit`.
+pub async fn time_until(
+    mut probe: impl AsyncFnMut() -> bool,
+    limit: std::time::Duration,
+) -> std::time::Duration {
+    let started = std::time::Instant::now();
+    while started.elapsed() < limit * 3 {
+        if probe().await {
+            return started.elapsed();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    panic!("not seen within {:?}", limit * 3);
+}
+
 pub async fn spawn_app(config: Config) -> TestApp {
     spawn_app_keeping(config, None).await
 }

@@ -173,6 +173,7 @@ macro_rules! on_every_backend {
 }
 
 on_every_backend!(
+    a_reset_bucket_starts_full_and_no_other_bucket_changes,
     remaining_stays_between_zero_and_capacity,
     idle_time_never_refills_beyond_capacity,
     time_going_backwards_creates_no_capacity,
@@ -308,6 +309,44 @@ async fn time_going_backwards_creates_no_capacity(b: &Backend) {
             assert_eq!(out.decisions[0].verdict, Verdict::Deny);
             assert_eq!(out.decisions[0].remaining, 0.0, "{spec:?}");
         }
+    }
+}
+
+async fn a_reset_bucket_starts_full_and_no_other_bucket_changes(b: &Backend) {
+    let t = tenant();
+    for spec in specs(3, 60_000) {
+        let name = spec.algorithm.as_str();
+        let key = |subject: &str| RuleCheck {
+            key: keys::bucket(&t, name, Some(subject)),
+            spec,
+            cost: 3,
+            shadow: false,
+        };
+        for subject in ["alice", "bob"] {
+            let check = request(&t, vec![key(subject)], Some(T0));
+            assert!(b.check(&check).await.allowed, "{spec:?}");
+            assert!(!b.check(&check).await.allowed, "{spec:?}");
+        }
+        let bob_before = b.snapshot(&key("bob").key).await;
+        assert!(bob_before.is_some(), "{spec:?}");
+
+        assert!(
+            b.limiter.reset(&key("alice").key).await.unwrap(),
+            "{spec:?}"
+        );
+        assert_eq!(b.snapshot(&key("alice").key).await, None, "{spec:?}");
+        // Alice's bucket admits its whole capacity again, at the same instant; Bob's is as it was.
+        let alice = request(&t, vec![key("alice")], Some(T0));
+        assert!(b.check(&alice).await.allowed, "{spec:?}");
+        assert!(!b.check(&alice).await.allowed, "{spec:?}");
+        assert_eq!(b.snapshot(&key("bob").key).await, bob_before, "{spec:?}");
+        let bob = request(&t, vec![key("bob")], Some(T0));
+        assert!(!b.check(&bob).await.allowed, "{spec:?}");
+        // A bucket that holds nothing is reported as such.
+        assert!(
+            !b.limiter.reset(&key("carol").key).await.unwrap(),
+            "{spec:?}"
+        );
     }
 }
 

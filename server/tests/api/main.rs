@@ -25,4 +25,5 @@ mod lifecycle;
 mod limiter;
 mod openapi;
 mod redis_failure;
+mod reset;
 mod store;

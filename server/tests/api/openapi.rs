@@ -80,6 +80,9 @@ const EXPECTED: &[(&str, &str, u16)] = &[
     ("post", "/v1/check", 400),
     ("post", "/v1/check", 401),
     ("post", "/v1/check", 403),
+    ("post", "/v1/admin/tenants/{tenant}/rules/{id}/reset", 200),
+    ("post", "/v1/check", 200),
+    ("post", "/v1/admin/tenants/{tenant}/rules/{id}/reset", 400),
     ("post", "/v1/admin/tenants/{tenant}/keys/{id}/rotate", 201),
     ("post", "/v1/admin/tenants/{tenant}/keys/{id}/revoke", 200),
     ("post", "/v1/admin/tenants/{tenant}/suspend", 200),
@@ -287,6 +290,36 @@ async fn every_documented_operation_is_exercised_and_answers_a_documented_status
         Some(json!({ "route": "GET /" })),
     )
     .await; // 403
+
+    // The denied tenant-wide bucket cleared: the next check is admitted again.
+    let reset = "/v1/admin/tenants/{tenant}/rules/{id}/reset";
+    let reset_path = format!("{rule_path}/reset");
+    let (status, cleared) = w
+        .call("POST", reset, &reset_path, Some(&admin), Some(json!({})))
+        .await;
+    assert_eq!(
+        (status, &cleared["cleared"]),
+        (200, &json!(true)),
+        "{cleared}"
+    );
+    let (status, _) = w
+        .call(
+            "POST",
+            "/v1/check",
+            "/v1/check",
+            Some(&check),
+            Some(json!({ "route": "GET /" })),
+        )
+        .await;
+    assert_eq!(status, 200, "a check after the reset");
+    w.call(
+        "POST",
+        reset,
+        &reset_path,
+        Some(&admin),
+        Some(json!({ "subject": "x" })),
+    )
+    .await; // 400
 
     let check_id = check_key["id"].as_str().unwrap();
     let (_, hash, prefix) = new_key(KeyKind::Check);
@@ -497,7 +530,7 @@ async fn every_documented_operation_is_exercised_and_answers_a_documented_status
             );
         }
     }
-    assert_eq!(operations, 24);
+    assert_eq!(operations, 25);
     // ... and every answer is documented for its operation.
     for (method, template, status) in &w.calls {
         let responses = &paths[template.as_str()][method.as_str()]["responses"];
