@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::AppError;
 
 /// Every action the audit log records.
-pub const ACTIONS: [&str; 13] = [
+pub const ACTIONS: [&str; 15] = [
     "tenant.create",
     "tenant.suspend",
     "tenant.resume",
@@ -21,6 +21,8 @@ pub const ACTIONS: [&str; 13] = [
     "rule.delete",
     "rule.reset",
     "rules.import",
+    "override.set",
+    "override.delete",
     "key.create",
     "key.rotate",
     "key.revoke",

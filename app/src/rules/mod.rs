@@ -4,6 +4,7 @@
 //! preview runs the server's model.
 
 pub mod model;
+mod overrides;
 pub mod preview;
 mod rule;
 mod spec;
@@ -15,6 +16,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::AppError;
 
+pub use overrides::{
+    matches as subject_matches, OverrideBody, OverrideInfo, SubjectPattern, MAX_OVERRIDES_PER_RULE,
+};
 pub use rule::{
     check_name, check_text, DescriptorEntry, FailureMode, MatchKind, RuleBody, Scope,
     MAX_DESCRIPTOR_ENTRIES, MAX_NAME_BYTES, MAX_ROUTE_BYTES,
@@ -73,6 +77,15 @@ pub trait RulesPort: Send + Sync + 'static {
         body: RuleBody,
     ) -> Result<RuleInfo, AppError>;
     async fn delete_rule(&self, tenant: &str, id: &str) -> Result<(), AppError>;
+    async fn list_overrides(&self, tenant: &str, rule: &str)
+        -> Result<Vec<OverrideInfo>, AppError>;
+    async fn set_override(
+        &self,
+        tenant: &str,
+        rule: &str,
+        body: OverrideBody,
+    ) -> Result<OverrideInfo, AppError>;
+    async fn delete_override(&self, tenant: &str, rule: &str, id: &str) -> Result<(), AppError>;
     /// Reads an envoyproxy/ratelimit configuration as the tenant's descriptor rules and says
     /// what it would change; with `apply`, makes those changes in one transaction, provided
     /// they are still those of the preview whose fingerprint is `expect`.
@@ -110,6 +123,34 @@ pub async fn save_rule(
 pub async fn delete_rule(tenant: String, id: String) -> Result<(), AppError> {
     crate::context::port::<dyn RulesPort>()?
         .delete_rule(&tenant, &id)
+        .await
+}
+
+/// The per-subject overrides of rule `rule`.
+#[server(prefix = "/api", endpoint = "rules/overrides/list", input = Json)]
+pub async fn list_overrides(tenant: String, rule: String) -> Result<Vec<OverrideInfo>, AppError> {
+    crate::context::port::<dyn RulesPort>()?
+        .list_overrides(&tenant, &rule)
+        .await
+}
+
+/// Sets the override of `body.subject` on rule `rule` (creates or replaces it).
+#[server(prefix = "/api", endpoint = "rules/overrides/set", input = Json)]
+pub async fn set_override(
+    tenant: String,
+    rule: String,
+    body: OverrideBody,
+) -> Result<OverrideInfo, AppError> {
+    crate::context::port::<dyn RulesPort>()?
+        .set_override(&tenant, &rule, body)
+        .await
+}
+
+/// Deletes override `id` of rule `rule`.
+#[server(prefix = "/api", endpoint = "rules/overrides/delete", input = Json)]
+pub async fn delete_override(tenant: String, rule: String, id: String) -> Result<(), AppError> {
+    crate::context::port::<dyn RulesPort>()?
+        .delete_override(&tenant, &rule, &id)
         .await
 }
 

@@ -7,8 +7,9 @@ use leptos::prelude::*;
 
 use super::preview::{self, Shape, Traffic};
 use super::{
-    Algorithm, DeleteRule, DescriptorEntry, FailureMode, FieldError, ImportEnvoy, ImportPreview,
-    MatchKind, RuleBody, RuleInfo, SaveRule, Scope, MAX_IMPORT_BYTES,
+    Algorithm, DeleteOverride, DeleteRule, DescriptorEntry, FailureMode, FieldError, ImportEnvoy,
+    ImportPreview, MatchKind, OverrideBody, RuleBody, RuleInfo, SaveRule, Scope, SetOverride,
+    MAX_IMPORT_BYTES,
 };
 use crate::tenants::view::TenantTabs;
 use crate::ui::{use_tenant, ConfirmButton, ErrorNote};
@@ -264,6 +265,8 @@ pub fn RulesPage() -> impl IntoView {
         |(t, ..)| super::list_rules(t),
     );
     let form = RuleForm::new();
+    // The per-subject rule whose overrides are open below the list.
+    let chosen = RwSignal::new(None::<RuleInfo>);
 
     view! {
         <TenantTabs tenant=tenant current="rules"/>
@@ -283,7 +286,7 @@ pub fn RulesPage() -> impl IntoView {
                             </tr></thead>
                             <tbody>
                                 {list.into_iter().map(|rule| view! {
-                                    <RuleRow rule=rule tenant=tenant save=toggle delete=delete form=form/>
+                                    <RuleRow rule=rule tenant=tenant save=toggle delete=delete form=form chosen=chosen/>
                                 }).collect_view()}
                             </tbody>
                         </table>
@@ -293,6 +296,7 @@ pub fn RulesPage() -> impl IntoView {
             {move || delete.value().get().and_then(Result::err).map(|e| view! { <ErrorNote error=e/> })}
             {move || toggle.value().get().and_then(Result::err).map(|e| view! { <ErrorNote error=e/> })}
         </section>
+        {move || chosen.get().map(|rule| view! { <Overrides tenant=tenant rule=rule chosen=chosen/> })}
         <RuleEditor tenant=tenant save=save form=form/>
         <EnvoyImport tenant=tenant import=import/>
     }
@@ -434,8 +438,16 @@ fn RuleRow(
     save: ServerAction<SaveRule>,
     delete: ServerAction<DeleteRule>,
     form: RuleForm,
+    chosen: RwSignal<Option<RuleInfo>>,
 ) -> impl IntoView {
     let b = rule.body.clone();
+    let overrides = (b.scope == Scope::Subject).then(|| {
+        let rule = rule.clone();
+        view! {
+            <button type="button" class="secondary" data-testid="open-overrides"
+                on:click=move |_| chosen.set(Some(rule.clone()))>"Overrides"</button>
+        }
+    });
     let applies = match (&b.route, &b.descriptor, b.match_kind) {
         (Some(route), _, kind) => format!("{} {route}", kind.as_str()),
         (None, Some(entries), kind) => format!("{} {}", kind.as_str(), show_entries(entries)),
@@ -509,9 +521,160 @@ fn RuleRow(
             </td>
             <td class="links">
                 <button type="button" class="secondary" on:click=edit>"Edit"</button>
+                {overrides}
                 <ConfirmButton label="Delete".into() question=format!("Delete rule {name}?") on_confirm=delete_it danger=true testid="delete-rule"/>
             </td>
         </tr>
+    }
+}
+
+/// A per-subject rule's overrides: the list (each deleted after a confirmation) and a form
+/// that sets one, validated with the same [`OverrideBody::problems`] the server runs.
+#[component]
+fn Overrides(
+    tenant: Memo<String>,
+    rule: RuleInfo,
+    chosen: RwSignal<Option<RuleInfo>>,
+) -> impl IntoView {
+    let set = ServerAction::<SetOverride>::new();
+    let delete = ServerAction::<DeleteOverride>::new();
+    let rule_id = rule.id.clone();
+    let listed = Resource::new(
+        move || (tenant.get(), set.version().get(), delete.version().get()),
+        move |(t, ..)| super::list_overrides(t, rule_id.clone()),
+    );
+    let subject = RwSignal::new(String::new());
+    let limit = RwSignal::new(String::new());
+    let per_seconds = RwSignal::new(String::new());
+    let burst = RwSignal::new(String::new());
+    let touched = RwSignal::new(false);
+    let body = rule.body.clone();
+    // The override as typed, or what is wrong with it.
+    let draft = Memo::new(move |_| -> Result<OverrideBody, Vec<FieldError>> {
+        let number = |field: &str, text: String| -> Result<Option<u64>, FieldError> {
+            let text = text.trim().to_owned();
+            if text.is_empty() {
+                return Ok(None);
+            }
+            whole(field, &text).map(Some)
+        };
+        let mut problems = Vec::new();
+        let mut read = |field: &str, text: String| {
+            number(field, text).unwrap_or_else(|e| {
+                problems.push(e);
+                None
+            })
+        };
+        let limit = read("limit", limit.get());
+        let period_ms = read("period_ms", per_seconds.get()).map(|s| s.saturating_mul(1000));
+        let burst = read("burst", burst.get());
+        let o = OverrideBody {
+            subject: subject.get().trim().to_owned(),
+            limit: limit.unwrap_or(0),
+            period_ms,
+            burst,
+        };
+        problems.extend(o.problems(&body));
+        if problems.is_empty() {
+            Ok(o)
+        } else {
+            Err(problems)
+        }
+    });
+    let on_submit = {
+        let rule_id = rule.id.clone();
+        move |ev: SubmitEvent| {
+            ev.prevent_default();
+            touched.set(true);
+            if let Ok(body) = draft.get_untracked() {
+                set.dispatch(SetOverride {
+                    tenant: tenant.get_untracked(),
+                    rule: rule_id.clone(),
+                    body,
+                });
+            }
+        }
+    };
+    Effect::new(move |_| {
+        if let Some(Ok(_)) = set.value().get() {
+            touched.set(false);
+            subject.set(String::new());
+            limit.set(String::new());
+            per_seconds.set(String::new());
+            burst.set(String::new());
+        }
+    });
+    let name = rule.body.name.clone();
+    let period_ms = rule.body.period_ms;
+    let rule_id = rule.id.clone();
+    view! {
+        <section class="card" aria-labelledby="overrides-title" data-testid="overrides">
+            <h2 id="overrides-title">{format!("Overrides of {name}")}</h2>
+            <p class="muted">{format!(
+                "Another limit for one subject (acme-42) or every subject with a prefix (acme-*). An exact subject beats the longest prefix, which beats the rule ({}). Applied on every instance within a second.",
+                describe_rate(rule.body.limit, period_ms)
+            )}</p>
+            <Transition fallback=|| view! { <p class="muted">"Loading overrides…"</p> }>
+                {move || listed.get().map(|reading| match reading {
+                    Err(e) => view! { <ErrorNote error=e/> }.into_any(),
+                    Ok(list) if list.is_empty() => view! { <p class="muted" data-testid="no-overrides">"No overrides: every subject gets the rule's limit."</p> }.into_any(),
+                    Ok(list) => view! {
+                        <table class="grid">
+                            <thead><tr><th scope="col">"Subject"</th><th scope="col">"Limit"</th><th scope="col">"Actions"</th></tr></thead>
+                            <tbody>
+                                {list.into_iter().map(|o| {
+                                    let rate = describe_rate(o.body.limit, o.body.period_ms.unwrap_or(period_ms));
+                                    let burst = o.body.burst.map(|b| format!(", burst {b}")).unwrap_or_default();
+                                    let remove = Callback::new({
+                                        let (rule, id) = (rule_id.clone(), o.id.clone());
+                                        move |()| {
+                                            delete.dispatch(DeleteOverride {
+                                                tenant: tenant.get_untracked(),
+                                                rule: rule.clone(),
+                                                id: id.clone(),
+                                            });
+                                        }
+                                    });
+                                    view! {
+                                        <tr data-testid="override-row" data-subject=o.body.subject.clone()>
+                                            <td><code>{o.body.subject.clone()}</code></td>
+                                            <td>{rate}{burst}</td>
+                                            <td><ConfirmButton label="Delete".into() question=format!("Delete the override of {}?", o.body.subject) on_confirm=remove danger=true testid="delete-override"/></td>
+                                        </tr>
+                                    }
+                                }).collect_view()}
+                            </tbody>
+                        </table>
+                    }.into_any(),
+                })}
+            </Transition>
+            <form on:submit=on_submit data-testid="override-form">
+                <label for="override-subject">"Subject or prefix*"</label>
+                <input id="override-subject" autocomplete="off" placeholder="acme-*"
+                    prop:value=subject on:input=move |ev| subject.set(event_target_value(&ev))/>
+                <label for="override-limit">"Override limit"</label>
+                <input id="override-limit" inputmode="numeric"
+                    prop:value=limit on:input=move |ev| limit.set(event_target_value(&ev))/>
+                <label for="override-per">"Per (seconds; empty: the rule's period)"</label>
+                <input id="override-per" inputmode="numeric"
+                    prop:value=per_seconds on:input=move |ev| per_seconds.set(event_target_value(&ev))/>
+                <label for="override-burst">"Override burst (optional)"</label>
+                <input id="override-burst" inputmode="numeric"
+                    prop:value=burst on:input=move |ev| burst.set(event_target_value(&ev))/>
+                <button type="submit" data-testid="save-override" disabled=move || set.pending().get()>"Set override"</button>
+                <button type="button" class="secondary" on:click=move |_| chosen.set(None)>"Close"</button>
+            </form>
+            {move || (touched.get()).then(|| draft.get().err()).flatten().map(|problems| view! {
+                <ul class="field-error" data-testid="override-problems">
+                    {problems.into_iter().map(|p| view! { <li>{format!("{}: {}", p.field, p.message)}</li> }).collect_view()}
+                </ul>
+            })}
+            {move || set.value().get().map(|r| match r {
+                Ok(o) => view! { <p class="ok" role="status" data-testid="override-saved">{format!("Saved: {} now gets {}.", o.body.subject, describe_rate(o.body.limit, o.body.period_ms.unwrap_or(period_ms)))}</p> }.into_any(),
+                Err(e) => view! { <ErrorNote error=e/> }.into_any(),
+            })}
+            {move || delete.value().get().and_then(Result::err).map(|e| view! { <ErrorNote error=e/> })}
+        </section>
     }
 }
 

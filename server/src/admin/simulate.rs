@@ -23,7 +23,8 @@ impl AdminService {
         }
         let input = CheckInput::from_simulation(input).map_err(crate::decide::DecideError::from)?;
         let rules = store::rules::list(&self.db, tenant_id).await?;
-        let compiled = CompiledTenant::compile(tenant, rules);
+        let overrides = store::overrides::list(&self.db, tenant_id).await?;
+        let compiled = CompiledTenant::compile(tenant, rules).with_overrides(overrides);
         match self.decider.decide(&compiled, &input, Mode::DryRun).await? {
             Answer::Decided(d) => Ok(Simulation {
                 allowed: d.allowed,

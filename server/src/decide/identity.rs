@@ -210,8 +210,11 @@ impl Identities {
         };
         let rules = store::rules::list(&self.db, tenant_id).await?;
         let quotas = store::quotas::get(&self.db, tenant_id).await?;
+        let overrides = store::overrides::list(&self.db, tenant_id).await?;
         let compiled = Arc::new(
-            CompiledTenant::compile(tenant, rules).with_live_bucket_quota(quotas.live_buckets()),
+            CompiledTenant::compile(tenant, rules)
+                .with_overrides(overrides)
+                .with_live_bucket_quota(quotas.live_buckets()),
         );
         self.caches
             .put_tenant(tenant_id, compiled.clone(), generation);

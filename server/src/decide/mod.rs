@@ -134,7 +134,10 @@ impl Decider {
         input: &CheckInput,
         mode: Mode,
     ) -> Result<Answer, DecideError> {
-        let rules = tenant.resolve(input.route.as_str());
+        let mut rules = tenant.resolve(input.route.as_str());
+        if let Some(subject) = &input.subject {
+            tenant.apply_overrides(&mut rules, subject.as_str());
+        }
         let checks = plan::rule_checks(&tenant.tenant.id, &rules, input)?;
         let request_id = input.request_id.as_ref().map(|r| r.as_str().to_owned());
         self.decide_planned(tenant, rules, checks, request_id, mode)

@@ -82,6 +82,10 @@ pub fn descriptor_checks(
                     ),
                 })?;
             }
+            let rule = match &subject {
+                Some(subject) => tenant.for_subject(&rule, subject).clone(),
+                None => rule,
+            };
             let (rule, check) = match descriptor.limit {
                 None => {
                     let check =

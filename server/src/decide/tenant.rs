@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use app::rules::MatchKind;
+use app::rules::{MatchKind, OverrideInfo, Scope, SubjectPattern};
 use app::tenants::TenantStatus;
 
 use super::deny_cache::DenyCache;
@@ -35,6 +35,16 @@ pub struct CompiledTenant {
     /// The checks the limiter has just denied ([`DenyCache`]): compiled empty, and gone
     /// with the compiled tenant whenever a change to the tenant is announced.
     pub denials: Arc<DenyCache>,
+    /// Per-subject overrides by rule id, each compiled into the rule it makes.
+    overrides: HashMap<String, SubjectOverrides>,
+}
+
+/// One rule's per-subject overrides.
+#[derive(Debug, Clone, Default)]
+struct SubjectOverrides {
+    exact: HashMap<String, Arc<Rule>>,
+    /// Longest prefix first.
+    prefixes: Vec<(String, Arc<Rule>)>,
 }
 
 impl CompiledTenant {
@@ -48,6 +58,7 @@ impl CompiledTenant {
             descriptors: HashMap::new(),
             max_live_buckets: None,
             denials: Arc::default(),
+            overrides: HashMap::new(),
         };
         for rule in rules.into_iter().filter(|r| r.body.enabled) {
             let rule = Arc::new(rule);
@@ -108,6 +119,76 @@ impl CompiledTenant {
                 .then_with(|| a.body.name.cmp(&b.body.name))
         });
         compiled
+    }
+
+    /// This tenant with its rules' per-subject overrides, each compiled into the rule it
+    /// makes (the rule with the override's limit, period and burst). Overrides of a rule that
+    /// is not compiled (disabled) or not per subject are left out.
+    pub fn with_overrides(mut self, overrides: Vec<OverrideInfo>) -> Self {
+        let rules: HashMap<String, Arc<Rule>> = self
+            .exact
+            .values()
+            .flatten()
+            .chain(&self.prefixes)
+            .chain(&self.default)
+            .chain(&self.all)
+            .chain(self.descriptors.values().flatten())
+            .map(|r| (r.id.clone(), r.clone()))
+            .collect();
+        for o in overrides {
+            let Some(rule) = rules.get(&o.rule_id) else {
+                continue;
+            };
+            if rule.body.scope != Scope::Subject {
+                continue;
+            }
+            let made = Arc::new(Rule {
+                body: o.body.apply(&rule.body),
+                ..(**rule).clone()
+            });
+            let mine = self.overrides.entry(o.rule_id.clone()).or_default();
+            match o.body.pattern() {
+                SubjectPattern::Exact(subject) => {
+                    mine.exact.insert(subject.to_owned(), made);
+                }
+                SubjectPattern::Prefix(prefix) => mine.prefixes.push((prefix.to_owned(), made)),
+            }
+        }
+        for mine in self.overrides.values_mut() {
+            mine.prefixes
+                .sort_by(|a, b| b.0.len().cmp(&a.0.len()).then_with(|| a.0.cmp(&b.0)));
+        }
+        self
+    }
+
+    /// The rule that decides `subject` where `rule` applies: its override for that exact
+    /// subject, else for the longest prefix of it, else `rule` itself.
+    pub fn for_subject<'a>(&'a self, rule: &'a Arc<Rule>, subject: &str) -> &'a Arc<Rule> {
+        let Some(mine) = self.overrides.get(&rule.id) else {
+            return rule;
+        };
+        if let Some(exact) = mine.exact.get(subject) {
+            return exact;
+        }
+        mine.prefixes
+            .iter()
+            .find(|(prefix, _)| subject.starts_with(prefix.as_str()))
+            .map_or(rule, |(_, made)| made)
+    }
+
+    /// Replaces each per-subject rule of `rules` by its override for `subject`, if any.
+    pub fn apply_overrides(&self, rules: &mut [Arc<Rule>], subject: &str) {
+        if self.overrides.is_empty() {
+            return;
+        }
+        for rule in rules.iter_mut() {
+            if rule.body.scope == Scope::Subject {
+                let decides = self.for_subject(rule, subject);
+                if !Arc::ptr_eq(decides, rule) {
+                    *rule = decides.clone();
+                }
+            }
+        }
     }
 
     /// This tenant with a quota of live buckets.
@@ -351,6 +432,76 @@ mod tests {
             updated_at: 0,
         };
         CompiledTenant::compile(tenant, rules)
+    }
+
+    fn set(rule: &str, subject: &str, limit: u64) -> OverrideInfo {
+        OverrideInfo {
+            id: format!("{rule}/{subject}"),
+            rule_id: rule.to_owned(),
+            body: app::rules::OverrideBody {
+                subject: subject.to_owned(),
+                limit,
+                period_ms: None,
+                burst: None,
+            },
+            created_at: 0,
+        }
+    }
+
+    #[test]
+    fn a_subject_gets_its_exact_override_else_the_longest_prefix_else_the_rule() {
+        let per_subject = |name: &str, kind: MatchKind, enabled: bool| {
+            let mut r = rule(name, kind, None);
+            r.body.scope = Scope::Subject;
+            r.body.enabled = enabled;
+            r
+        };
+        let mut by_path = descriptor_rule("by-path", &[("path", None)]);
+        by_path.body.scope = Scope::Subject;
+        let t = compiled(vec![
+            per_subject("users", MatchKind::Default, true),
+            per_subject("off", MatchKind::All, false),
+            rule("site", MatchKind::All, None),
+            by_path,
+        ])
+        .with_overrides(vec![
+            set("users", "acme-*", 3),
+            set("users", "acme-vip-*", 5),
+            set("users", "acme-vip-7", 2),
+            set("off", "acme-*", 9),
+            set("site", "acme-*", 9),
+            set("by-path", "/admin*", 7),
+        ]);
+        let limit = |name: &str, subject: &str| {
+            let mut rules = t.resolve("GET /x");
+            t.apply_overrides(&mut rules, subject);
+            rules
+                .iter()
+                .find(|r| r.body.name == name)
+                .map(|r| r.body.limit)
+        };
+        assert_eq!(limit("users", "zed"), Some(1));
+        assert_eq!(limit("users", "acme-1"), Some(3));
+        assert_eq!(limit("users", "acme-vip-1"), Some(5));
+        assert_eq!(limit("users", "acme-vip-7"), Some(2));
+        // An override of a tenant-wide rule is ignored; a disabled rule is not compiled.
+        assert_eq!(limit("site", "acme-1"), Some(1));
+        assert_eq!(limit("off", "acme-1"), None);
+        // The overridden rule is the same rule: same id, so the same bucket.
+        let mut rules = t.resolve("GET /x");
+        t.apply_overrides(&mut rules, "acme-1");
+        assert!(rules.iter().any(|r| r.id == "users" && r.body.limit == 3));
+        // Descriptor rules per subject take overrides of the subject their values make.
+        let (rule, subject) = t.resolve_descriptor(&[("path", "/admin/x")]).remove(0);
+        assert_eq!(
+            t.for_subject(&rule, subject.as_deref().unwrap()).body.limit,
+            7
+        );
+        let (rule, subject) = t.resolve_descriptor(&[("path", "/home")]).remove(0);
+        assert_eq!(
+            t.for_subject(&rule, subject.as_deref().unwrap()).body.limit,
+            1
+        );
     }
 
     #[test]

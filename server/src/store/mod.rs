@@ -12,6 +12,7 @@
 
 pub mod audit;
 pub mod keys;
+pub mod overrides;
 pub mod quotas;
 pub mod rules;
 pub mod sessions;

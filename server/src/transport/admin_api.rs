@@ -5,7 +5,7 @@
 
 use app::audit::AuditFilter;
 use app::keys::KeyKind;
-use app::rules::RuleBody;
+use app::rules::{OverrideBody, RuleBody};
 use app::simulate::{ResetInput, SimulateInput};
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{FromRequestParts, Path, Query, State};
@@ -57,6 +57,14 @@ pub fn routes() -> Router<AppState> {
         .route(
             "/v1/admin/tenants/{tenant}/rules/{id}/reset",
             post(reset_bucket),
+        )
+        .route(
+            "/v1/admin/tenants/{tenant}/rules/{id}/overrides",
+            get(list_overrides).post(set_override),
+        )
+        .route(
+            "/v1/admin/tenants/{tenant}/rules/{id}/overrides/{override_id}",
+            axum::routing::delete(delete_override),
         )
         .route("/v1/admin/tenants/{tenant}/simulate", post(simulate))
         .route("/v1/admin/tenants/{tenant}/audit", get(tenant_audit))
@@ -297,6 +305,47 @@ async fn reset_bucket(
             .reset_bucket(&actor, &tenant, &id, &input)
             .await?,
     ))
+}
+
+async fn list_overrides(
+    State(state): State<AppState>,
+    Acting(actor): Acting,
+    Path((tenant, id)): Path<(String, String)>,
+) -> Result<impl IntoResponse, ApiError> {
+    Ok(Json(
+        state.admin.list_overrides(&actor, &tenant, &id).await?,
+    ))
+}
+
+/// 201 with a new override, 200 when it replaced the subject's override.
+async fn set_override(
+    State(state): State<AppState>,
+    Acting(actor): Acting,
+    Path((tenant, id)): Path<(String, String)>,
+    AppJson(body): AppJson<OverrideBody>,
+) -> Result<impl IntoResponse, ApiError> {
+    let (set, created) = state
+        .admin
+        .set_override(&actor, &tenant, &id, &body)
+        .await?;
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(set)))
+}
+
+async fn delete_override(
+    State(state): State<AppState>,
+    Acting(actor): Acting,
+    Path((tenant, id, override_id)): Path<(String, String, String)>,
+) -> Result<impl IntoResponse, ApiError> {
+    state
+        .admin
+        .delete_override(&actor, &tenant, &id, &override_id)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 async fn simulate(

@@ -11,7 +11,8 @@ use app::auth::{AuthPort, Role, SignedInUser};
 use app::dashboard::{DashboardPort, Range};
 use app::keys::{sha256_hex, KeyInfo, KeyKind, KeysPort};
 use app::rules::{
-    Algorithm, FailureMode, ImportPreview, MatchKind, RuleBody, RuleInfo, RulesPort, Scope,
+    Algorithm, FailureMode, ImportPreview, MatchKind, OverrideBody, OverrideInfo, RuleBody,
+    RuleInfo, RulesPort, Scope,
 };
 use app::simulate::{ResetInput, ResetOutcome, SimulateInput, SimulatePort, Simulation};
 use app::status::{Status, StatusPort};
@@ -425,6 +426,40 @@ impl RulesPort for ConsoleService {
         let actor = self.actor().await?;
         self.admin
             .delete_rule(&actor, tenant, id)
+            .await
+            .map_err(service_error)
+    }
+
+    async fn list_overrides(
+        &self,
+        tenant: &str,
+        rule: &str,
+    ) -> Result<Vec<OverrideInfo>, AppError> {
+        let actor = self.actor().await?;
+        self.admin
+            .list_overrides(&actor, tenant, rule)
+            .await
+            .map_err(service_error)
+    }
+
+    async fn set_override(
+        &self,
+        tenant: &str,
+        rule: &str,
+        body: OverrideBody,
+    ) -> Result<OverrideInfo, AppError> {
+        let actor = self.actor().await?;
+        self.admin
+            .set_override(&actor, tenant, rule, &body)
+            .await
+            .map(|(set, _)| set)
+            .map_err(service_error)
+    }
+
+    async fn delete_override(&self, tenant: &str, rule: &str, id: &str) -> Result<(), AppError> {
+        let actor = self.actor().await?;
+        self.admin
+            .delete_override(&actor, tenant, rule, id)
             .await
             .map_err(service_error)
     }

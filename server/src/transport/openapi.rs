@@ -190,6 +190,20 @@ pub fn document() -> Value {
                 "parameters": [key_id.clone()],
                 "post": operation("revokeOperatorKey", "keys", "Revoke an operator key on every instance within a second (operators only).", admin_errors(json!({ "200": ok("Revoked.", schema("ApiKey")) }), false))
             },
+            "/v1/admin/tenants/{tenant}/rules/{id}/overrides": {
+                "parameters": [tenant_param(), rule_id.clone()],
+                "get": operation("listOverrides", "rules", "The rule's per-subject overrides, by subject.", admin_errors(json!({ "200": ok("The overrides.", list_of("Override")) }), false)),
+                "post": {
+                    "operationId": "setOverride", "tags": ["rules"],
+                    "summary": "Give one subject (`acme-42`) or every subject with a prefix (`acme-*`) another limit under this per-subject rule: an exact subject beats the longest prefix, which beats the rule. Replaces the subject's override if it has one. Every instance applies it within a second; audited as override.set.",
+                    "requestBody": body("OverrideSet"),
+                    "responses": admin_errors(json!({ "201": ok("Created.", schema("Override")), "200": ok("The subject's override, replaced.", schema("Override")), "409": problem("The rule has the most overrides a rule may have (100).") }), true)
+                }
+            },
+            "/v1/admin/tenants/{tenant}/rules/{id}/overrides/{override_id}": {
+                "parameters": [tenant_param(), rule_id.clone(), { "name": "override_id", "in": "path", "required": true, "schema": { "type": "string" }, "description": "The override id." }],
+                "delete": operation("deleteOverride", "rules", "Delete an override: its subjects are decided by the rule again, on every instance within a second. Audited as override.delete.", admin_errors(json!({ "204": { "description": "Deleted." } }), false))
+            },
             "/v1/admin/tenants/{tenant}/rules/{id}/reset": {
                 "parameters": [tenant_param(), rule_id],
                 "post": {
@@ -289,7 +303,7 @@ fn schemas() -> Value {
                 "description": "fixed_window descriptor rules only: a gRPC request may set this descriptor's limit (Envoy's per-descriptor limit override), compared with the window's count for its unit; otherwise such a request is INVALID_ARGUMENT." }
         }
     });
-    json!({
+    let schemas = json!({
         "Problem": {
             "type": "object", "required": ["type", "title", "status", "detail"],
             "properties": {
@@ -379,20 +393,6 @@ fn schemas() -> Value {
                            "description": "Whether the key authenticates now: grace is a rotated key that works until it expires." }
             }
         },
-        "ResetRequest": {
-            "type": "object", "additionalProperties": false,
-            "properties": {
-                "subject": { "type": ["string", "null"], "description": "The subject whose bucket to clear; required by a rule that limits each subject, left out for a tenant-wide rule." }
-            }
-        },
-        "ResetResult": {
-            "type": "object", "required": ["rule_id", "policy", "subject", "cleared"],
-            "properties": {
-                "rule_id": { "type": "string" }, "policy": { "type": "string" },
-                "subject": { "type": ["string", "null"] },
-                "cleared": { "type": "boolean", "description": "Whether the bucket held anything (false: it was empty or had expired)." }
-            }
-        },
         "SimulateRequest": {
             "type": "object", "required": ["route"], "additionalProperties": false,
             "properties": {
@@ -430,6 +430,52 @@ fn schemas() -> Value {
                 "target": { "type": ["string", "null"] },
                 "detail": { "type": "string", "description": "JSON text." },
                 "at": millis
+            }
+        }
+    });
+    let Value::Object(mut all) = schemas else {
+        unreachable!("the schemas are an object")
+    };
+    if let Value::Object(more) = subject_schemas() {
+        all.extend(more);
+    }
+    Value::Object(all)
+}
+
+/// The schemas of what acts on one subject's bucket: overrides and resets (apart from
+/// [`schemas`], whose `json!` would pass the macro recursion limit).
+fn subject_schemas() -> Value {
+    let millis = json!({ "type": "integer", "description": "Unix time in milliseconds." });
+    json!({
+        "OverrideSet": {
+            "type": "object", "required": ["subject", "limit"], "additionalProperties": false,
+            "properties": {
+                "subject": { "type": "string", "minLength": 1, "maxLength": 256, "description": "An exact subject, or a prefix followed by `*`." },
+                "limit": { "type": "integer", "minimum": 1, "maximum": MAX_LIMIT },
+                "period_ms": { "type": ["integer", "null"], "minimum": 1, "maximum": MAX_PERIOD_MS, "description": "Left out: the rule's period." },
+                "burst": { "type": ["integer", "null"], "minimum": 1, "maximum": MAX_LIMIT, "description": "Left out: equal to limit (bucket algorithms only)." }
+            }
+        },
+        "Override": {
+            "type": "object", "required": ["id", "rule_id", "subject", "limit", "created_at"],
+            "properties": {
+                "id": { "type": "string" }, "rule_id": { "type": "string" }, "subject": { "type": "string" },
+                "limit": { "type": "integer" }, "period_ms": { "type": ["integer", "null"] }, "burst": { "type": ["integer", "null"] },
+                "created_at": millis
+            }
+        },
+        "ResetRequest": {
+            "type": "object", "additionalProperties": false,
+            "properties": {
+                "subject": { "type": ["string", "null"], "description": "The subject whose bucket to clear; required by a rule that limits each subject, left out for a tenant-wide rule." }
+            }
+        },
+        "ResetResult": {
+            "type": "object", "required": ["rule_id", "policy", "subject", "cleared"],
+            "properties": {
+                "rule_id": { "type": "string" }, "policy": { "type": "string" },
+                "subject": { "type": ["string", "null"] },
+                "cleared": { "type": "boolean", "description": "Whether the bucket held anything (false: it was empty or had expired)." }
             }
         }
     })

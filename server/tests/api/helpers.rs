@@ -284,6 +284,26 @@ pub async fn setup_tenant(app: &TestApp, operator: &str, rules: &[Value]) -> Ten
     }
 }
 
+/// The id of `t`'s rule named `name`, read through the admin API.
+pub async fn rule_id(app: &TestApp, t: &TenantSetup, name: &str) -> String {
+    let (status, _, rules) = app
+        .call(
+            "GET",
+            &format!("/v1/admin/tenants/{}/rules", t.id),
+            Some(&t.admin_key),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{rules}");
+    rules
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == name)
+        .map(|r| r["id"].as_str().unwrap().to_owned())
+        .unwrap_or_else(|| panic!("no rule {name} in {rules}"))
+}
+
 /// A rule body with the usual defaults.
 pub fn rule(
     name: &str,

@@ -24,6 +24,7 @@ mod hostile;
 mod lifecycle;
 mod limiter;
 mod openapi;
+mod overrides;
 mod redis_failure;
 mod reset;
 mod store;

@@ -83,6 +83,37 @@ const EXPECTED: &[(&str, &str, u16)] = &[
     ("post", "/v1/admin/tenants/{tenant}/rules/{id}/reset", 200),
     ("post", "/v1/check", 200),
     ("post", "/v1/admin/tenants/{tenant}/rules/{id}/reset", 400),
+    ("post", "/v1/admin/tenants/{tenant}/rules", 201),
+    (
+        "post",
+        "/v1/admin/tenants/{tenant}/rules/{id}/overrides",
+        201,
+    ),
+    (
+        "post",
+        "/v1/admin/tenants/{tenant}/rules/{id}/overrides",
+        200,
+    ),
+    (
+        "post",
+        "/v1/admin/tenants/{tenant}/rules/{id}/overrides",
+        400,
+    ),
+    (
+        "get",
+        "/v1/admin/tenants/{tenant}/rules/{id}/overrides",
+        200,
+    ),
+    (
+        "delete",
+        "/v1/admin/tenants/{tenant}/rules/{id}/overrides/{override_id}",
+        204,
+    ),
+    (
+        "delete",
+        "/v1/admin/tenants/{tenant}/rules/{id}/overrides/{override_id}",
+        404,
+    ),
     ("post", "/v1/admin/tenants/{tenant}/keys/{id}/rotate", 201),
     ("post", "/v1/admin/tenants/{tenant}/keys/{id}/revoke", 200),
     ("post", "/v1/admin/tenants/{tenant}/suspend", 200),
@@ -321,6 +352,53 @@ async fn every_documented_operation_is_exercised_and_answers_a_documented_status
     )
     .await; // 400
 
+    // Overrides of a rule per subject: set, replaced, refused on a tenant-wide rule, listed,
+    // deleted, and deleted again.
+    let (_, per_subject) = w
+        .call(
+            "POST",
+            rules,
+            &rules_path,
+            Some(&admin),
+            Some(
+                json!({ "name": "u", "match": "prefix", "route": "GET /u", "scope": "subject",
+                         "algorithm": "token_bucket", "limit": 5, "period_ms": 1000 }),
+            ),
+        )
+        .await;
+    let overrides = "/v1/admin/tenants/{tenant}/rules/{id}/overrides";
+    let overrides_path = format!(
+        "{rules_path}/{}/overrides",
+        per_subject["id"].as_str().unwrap()
+    );
+    for limit in [50, 60] {
+        w.call(
+            "POST",
+            overrides,
+            &overrides_path,
+            Some(&admin),
+            Some(json!({ "subject": "acme-*", "limit": limit })),
+        )
+        .await; // 201, then 200
+    }
+    w.call(
+        "POST",
+        overrides,
+        &format!("{rule_path}/overrides"),
+        Some(&admin),
+        Some(json!({ "subject": "acme-*", "limit": 50 })),
+    )
+    .await; // 400: a tenant-wide rule
+    let (_, listed) = w
+        .call("GET", overrides, &overrides_path, Some(&admin), None)
+        .await;
+    let one_override = "/v1/admin/tenants/{tenant}/rules/{id}/overrides/{override_id}";
+    let override_path = format!("{overrides_path}/{}", listed[0]["id"].as_str().unwrap());
+    for _ in 0..2 {
+        w.call("DELETE", one_override, &override_path, Some(&admin), None)
+            .await; // 204, then 404
+    }
+
     let check_id = check_key["id"].as_str().unwrap();
     let (_, hash, prefix) = new_key(KeyKind::Check);
     let (_, rotated) = w
@@ -530,7 +608,7 @@ async fn every_documented_operation_is_exercised_and_answers_a_documented_status
             );
         }
     }
-    assert_eq!(operations, 25);
+    assert_eq!(operations, 28);
     // ... and every answer is documented for its operation.
     for (method, template, status) in &w.calls {
         let responses = &paths[template.as_str()][method.as_str()]["responses"];

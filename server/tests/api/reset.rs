@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::helpers::{
-    distributed, distributed_on_cluster, new_key, rule, setup_tenant, spawn_embedded, time_until,
-    TestApp,
+    distributed, distributed_on_cluster, new_key, rule, rule_id, setup_tenant, spawn_embedded,
+    time_until, TestApp,
 };
 use crate::services::{shared_postgres, RedisCluster, RedisServer};
 use app::keys::KeyKind;
@@ -17,25 +17,6 @@ use app::keys::KeyKind;
 fn per_user(limit: u64) -> Value {
     json!({ "name": "per-user", "match": "default", "scope": "subject",
             "algorithm": "gcra", "limit": limit, "period_ms": 3_600_000 })
-}
-
-async fn rule_id(app: &TestApp, tenant: &str, key: &str, name: &str) -> String {
-    let (status, _, rules) = app
-        .call(
-            "GET",
-            &format!("/v1/admin/tenants/{tenant}/rules"),
-            Some(key),
-            None,
-        )
-        .await;
-    assert_eq!(status, 200, "{rules}");
-    rules
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["name"] == name)
-        .map(|r| r["id"].as_str().unwrap().to_owned())
-        .unwrap_or_else(|| panic!("no rule {name} in {rules}"))
 }
 
 async fn status_of(app: &TestApp, key: &str, body: Value) -> u16 {
@@ -61,8 +42,8 @@ async fn reset_clears_one_bucket_and_is_audited(app: &TestApp) {
         ],
     )
     .await;
-    let per_user_id = rule_id(app, &t.id, &t.admin_key, "per-user").await;
-    let tenant_wide_id = rule_id(app, &t.id, &t.admin_key, "tenant-wide").await;
+    let per_user_id = rule_id(app, &t, "per-user").await;
+    let tenant_wide_id = rule_id(app, &t, "tenant-wide").await;
     let reset = |rule: &str| format!("/v1/admin/tenants/{}/rules/{rule}/reset", t.id);
     let as_user = |subject: &str| json!({ "route": "GET /x", "subject": subject });
 
@@ -254,7 +235,7 @@ async fn a_reset_ends_local_denials_on_every_instance_within_a_second() {
     }
     let op = instances[0].operator_key().await;
     let t = setup_tenant(&instances[0], &op, &[per_user(3)]).await;
-    let rule = rule_id(&instances[0], &t.id, &t.admin_key, "per-user").await;
+    let rule = rule_id(&instances[0], &t, "per-user").await;
     let one = json!({ "route": "GET /x", "subject": "alice" });
 
     // Alice spends all 3 at once; then every instance denies her, and remembers it: a second
