@@ -56,14 +56,22 @@ function storedHash(prefix: string): string {
   return execFileSync('python3', ['-c', script, db, prefix]).toString().trim();
 }
 
-/** Generates a key on the keys page and returns the plaintext the page shows once. */
-async function generateKey(page: Page, kind: 'check' | 'admin', name: string): Promise<string> {
+/**
+ * Generates a key on the keys page and returns the plaintext the page shows once; then says it
+ * is stored (the page asks before leaving while a key is shown), unless `keep`.
+ */
+async function generateKey(page: Page, kind: 'check' | 'admin', name: string, keep = false): Promise<string> {
   await page.getByLabel('Kind').selectOption(kind);
   await page.getByLabel('Name').fill(name);
   await page.getByTestId('create-key').click();
   const shown = page.getByTestId('new-key-value');
   await expect(shown).toHaveText(new RegExp(`^sl_${kind === 'check' ? 'chk' : 'adm'}_[0-9a-f]{64}$`));
-  return (await shown.textContent())!;
+  const key = (await shown.textContent())!;
+  if (!keep) {
+    await page.getByRole('button', { name: 'I have stored it' }).click();
+    await expect(page.getByTestId('new-key')).toHaveCount(0);
+  }
+  return key;
 }
 
 test('a tenant admin: rule, check key to 429, rotation with grace, revocation, admin key', async ({
@@ -149,7 +157,7 @@ test('a tenant admin: rule, check key to 429, rotation with grace, revocation, a
   await page.getByRole('link', { name: 'Keys' }).first().click();
   await expect(page).toHaveURL(/\/keys$/);
   await waitForHydration(page);
-  const checkKey = await generateKey(page, 'check', 'checkout-service');
+  const checkKey = await generateKey(page, 'check', 'checkout-service', true);
   await saveScreenshot('keys-new');
   // The copy button puts exactly the shown key on the clipboard.
   await page.context().grantPermissions(['clipboard-read', 'clipboard-write']);
@@ -494,4 +502,38 @@ test('a tenant admin gives some customers another limit with overrides on the ru
     expect(ok, events).toBe(true);
     expect(JSON.parse(events), action).toHaveLength(1);
   }
+});
+
+test('on a page without clipboard access a new key is selected for copying by hand, and leaving asks first', async ({
+  page, browserErrors,
+}) => {
+  void browserErrors;
+  // As on a console served over plain HTTP (an insecure context): no navigator.clipboard.
+  await page.addInitScript(() => {
+    Object.defineProperty(Navigator.prototype, 'clipboard', { get: () => undefined, configurable: true });
+  });
+  await signIn(page, OPERATOR, OPERATOR_PASSWORD);
+  const t = await tenantWithAdmin(page, unique('delta'));
+  await page.goto(`/tenants/${t.id}/keys`);
+  await waitForHydration(page);
+  const key = await generateKey(page, 'check', 'service', true);
+  await page.getByTestId('copy-key').click();
+  await expect(page.getByTestId('copy-by-hand')).toContainText('The key is selected');
+  await expect(page.getByTestId('copy-key')).toHaveText('Copy');
+  expect(await page.evaluate(() => window.getSelection()!.toString())).toBe(key);
+
+  // Closing the page while the key is shown asks first; once it is stored, it does not.
+  const asked = page.waitForEvent('dialog');
+  await page.close({ runBeforeUnload: true });
+  const dialog = await asked;
+  expect(dialog.type()).toBe('beforeunload');
+  await dialog.dismiss();
+  expect(page.isClosed()).toBe(false);
+  await page.getByRole('button', { name: 'I have stored it' }).click();
+  await expect(page.getByTestId('new-key')).toHaveCount(0);
+  let askedAgain = false;
+  page.on('dialog', (d) => { askedAgain = true; void d.accept(); });
+  await page.close({ runBeforeUnload: true });
+  await expect.poll(() => page.isClosed()).toBe(true);
+  expect(askedAgain).toBe(false);
 });

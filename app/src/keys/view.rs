@@ -250,30 +250,61 @@ fn KeyRow(
 fn RevealBox(reveal: Reveal, on_dismiss: Callback<()>) -> impl IntoView {
     // None: not tried; Some(true): copied; Some(false): the browser refused.
     let (copied, set_copied) = signal(None::<bool>);
+    let key_text = NodeRef::<leptos::html::Code>::new();
     let plaintext = reveal.plaintext.clone();
     let copy = move |_| {
         #[cfg(feature = "hydrate")]
         {
-            let Some(window) = web_sys::window() else {
+            // What the page does when it cannot copy: select the key, so that the user copies
+            // it by hand, and say so.
+            let by_hand = move || {
+                if let (Some(window), Some(code)) = (web_sys::window(), key_text.get_untracked()) {
+                    if let Ok(Some(selection)) = window.get_selection() {
+                        let _ = selection.select_all_children(&code);
+                    }
+                }
                 set_copied.set(Some(false));
+            };
+            let Some(window) = web_sys::window() else {
+                by_hand();
                 return;
             };
-            let promise = window.navigator().clipboard().write_text(&plaintext);
+            let navigator = window.navigator();
+            // A page served over plain HTTP (an insecure context) has no navigator.clipboard.
+            let has_clipboard = js_sys::Reflect::get(&navigator, &"clipboard".into())
+                .is_ok_and(|c| !c.is_undefined() && !c.is_null());
+            if !has_clipboard {
+                by_hand();
+                return;
+            }
+            let promise = navigator.clipboard().write_text(&plaintext);
             wasm_bindgen_futures::spawn_local(async move {
-                let written = wasm_bindgen_futures::JsFuture::from(promise).await;
-                set_copied.set(Some(written.is_ok()));
+                match wasm_bindgen_futures::JsFuture::from(promise).await {
+                    Ok(_) => set_copied.set(Some(true)),
+                    Err(_) => by_hand(),
+                }
             });
         }
         #[cfg(not(feature = "hydrate"))]
         {
-            let _ = (&plaintext, set_copied);
+            let _ = (&plaintext, set_copied, key_text);
         }
     };
+    // Leaving the page while the key is shown loses it: the browser asks first, until the
+    // user says it is stored.
+    #[cfg(feature = "hydrate")]
+    {
+        let asking = window_event_listener(leptos::ev::beforeunload, |ev| {
+            ev.prevent_default();
+            ev.set_return_value("");
+        });
+        on_cleanup(move || asking.remove());
+    }
     view! {
         <div class="reveal" role="status" data-testid="new-key">
             <p><strong>"Your new " {reveal.what.clone()}</strong>
                 " — copy it now. It is not stored anywhere and will not be shown again."</p>
-            <p><code class="key" data-testid="new-key-value">{reveal.plaintext.clone()}</code></p>
+            <p><code class="key" node_ref=key_text data-testid="new-key-value">{reveal.plaintext.clone()}</code></p>
             <p class="actions">
                 <button type="button" data-testid="copy-key" on:click=copy>
                     {move || if copied.get() == Some(true) { "Copied" } else { "Copy" }}
@@ -281,7 +312,7 @@ fn RevealBox(reveal: Reveal, on_dismiss: Callback<()>) -> impl IntoView {
                 <button type="button" class="secondary" on:click=move |_| on_dismiss.run(())>"I have stored it"</button>
             </p>
             {move || (copied.get() == Some(false)).then(|| view! {
-                <p class="error" role="alert">"The browser did not allow copying: select the key and copy it by hand."</p>
+                <p class="error" role="alert" data-testid="copy-by-hand">"This browser does not let the page copy here (a page served over plain HTTP has no clipboard access). The key is selected: press Ctrl+C (⌘C on a Mac) to copy it."</p>
             })}
         </div>
     }
