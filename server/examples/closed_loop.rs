@@ -324,7 +324,7 @@ async fn bench(seconds: u64, rounds: usize) {
     // nearly every check of a random subject creates its bucket (and pays the live-bucket
     // quota's index for it).
     let minute_rule = json!({ "name": "per-user-minute", "match": "default", "scope": "subject",
-                              "algorithm": "token_bucket", "limit": 60_000_000_000u64, "period_ms": 60_000 });
+                              "algorithm": "token_bucket", "limit": 1_000_000_000u64, "period_ms": 60_000 });
     let minute_key = tenant(
         &client,
         &distributed.url,
