@@ -40,9 +40,10 @@ impl AdminService {
             .ok_or(ServiceError::NotFound("rule"))
     }
 
-    /// Refuses `body` when it is invalid or when the tenant already has
-    /// [`MAX_RULES_PER_MATCH`] rules of its match (not counting `replacing`). Runs inside `tx`
-    /// after [`store::tenants::lock`], so the count cannot change before the commit.
+    /// Refuses `body` when it is invalid, when the tenant already has [`MAX_RULES_PER_MATCH`]
+    /// rules of its match (not counting `replacing`), or when a per-subject override of the
+    /// rule it replaces would not fit it. Runs inside `tx` after [`store::tenants::lock`], so
+    /// the counts cannot change before the commit.
     async fn check_rule(
         tx: &mut store::Tx,
         tenant_id: &str,
@@ -61,6 +62,25 @@ impl AdminService {
             .filter(|r| !body.match_kind.needs_route() || r.body.route == body.route)
             .filter(|r| r.body.descriptor == body.descriptor)
             .count();
+        if let Some(id) = replacing {
+            let misfits: Vec<String> = store::overrides::list_for_rule(&mut *tx, tenant_id, id)
+                .await?
+                .into_iter()
+                .filter_map(|o| {
+                    let problems = o.body.problems(body);
+                    problems
+                        .first()
+                        .map(|p| format!("{} ({p})", o.body.subject))
+                })
+                .collect();
+            if !misfits.is_empty() {
+                return Err(ServiceError::Conflict(format!(
+                    "rule {:?} has overrides that would not fit it: {}; change or delete them first",
+                    body.name,
+                    misfits.join(", ")
+                )));
+            }
+        }
         if same_match >= MAX_RULES_PER_MATCH {
             let what = match body.match_kind {
                 MatchKind::Exact | MatchKind::Prefix => "rules on this route",
@@ -178,10 +198,11 @@ impl AdminService {
         Ok(())
     }
 
-    /// Clears one bucket of a rule: `input.subject`'s, or the rule's tenant-wide bucket. The
-    /// bucket is removed from the limiter first (Redis, or this process); then the reset is
-    /// audited and the tenant's change announced, which drops every instance's deny cache of
-    /// the tenant, so no instance keeps denying what the cleared bucket now admits. Buckets
+    /// Clears one bucket of a rule: `input.subject`'s, or the rule's tenant-wide bucket. With a
+    /// transaction open, the bucket is removed from the limiter (Redis, or this process), the
+    /// reset audited and committed, and the tenant's change announced, which drops every
+    /// instance's deny cache of the tenant, so no instance keeps denying what the cleared
+    /// bucket now admits. Buckets
     /// counted under a limit an Envoy descriptor set (`limit` in the request) are not
     /// touched: they are keyed by that limit's period, which the reset does not name.
     pub async fn reset_bucket(
@@ -218,22 +239,30 @@ impl AdminService {
             (Scope::Tenant, None) => None,
         };
         let key = keys::rule_bucket(tenant_id, &rule.id, rule.body.algorithm, subject.as_deref());
-        let cleared = self.decider.reset(&key).await?;
+        // The store first: if it cannot take the audit event, nothing is cleared.
         let tx = self.db.begin().await?;
-        self.commit(
-            tx,
-            actor,
-            Event {
-                tenant: Some(tenant_id),
-                action: "rule.reset",
-                target: Some(rule_id),
-                detail: json!({ "policy": name, "subject": subject, "cleared": cleared }),
-            },
-            [Change::Tenant {
+        let cleared = self.decider.reset(tenant_id, &key).await?;
+        let audited = self
+            .commit(
+                tx,
+                actor,
+                Event {
+                    tenant: Some(tenant_id),
+                    action: "rule.reset",
+                    target: Some(rule_id),
+                    detail: json!({ "policy": name, "subject": subject, "cleared": cleared }),
+                },
+                std::iter::empty(),
+            )
+            .await;
+        // Cleared is cleared: every instance drops its denials of the tenant even if the
+        // audit event could not be committed (the caller then gets the store's error).
+        self.bus
+            .publish(Change::Tenant {
                 id: tenant_id.to_owned(),
-            }],
-        )
-        .await?;
+            })
+            .await;
+        audited?;
         Ok(ResetOutcome {
             rule_id: rule.id.clone(),
             policy: name.clone(),

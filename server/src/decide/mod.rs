@@ -122,8 +122,8 @@ impl Decider {
 
     /// Clears one bucket in the shared limiter (a reset; see [`Limiter::reset`]). The caller
     /// announces the tenant's change, which drops every instance's deny cache of it.
-    pub async fn reset(&self, key: &str) -> Result<bool, LimiterError> {
-        self.limiter.reset(key).await
+    pub async fn reset(&self, tenant: &str, key: &str) -> Result<bool, LimiterError> {
+        self.limiter.reset(tenant, key).await
     }
 
     /// Decides `input` against `tenant`'s rules: the most specific route rules plus every

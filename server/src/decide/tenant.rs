@@ -123,7 +123,8 @@ impl CompiledTenant {
 
     /// This tenant with its rules' per-subject overrides, each compiled into the rule it
     /// makes (the rule with the override's limit, period and burst). Overrides of a rule that
-    /// is not compiled (disabled) or not per subject are left out.
+    /// is not compiled (disabled) or not per subject, or that no longer fit their rule, are
+    /// left out.
     pub fn with_overrides(mut self, overrides: Vec<OverrideInfo>) -> Self {
         let rules: HashMap<String, Arc<Rule>> = self
             .exact
@@ -140,6 +141,13 @@ impl CompiledTenant {
                 continue;
             };
             if rule.body.scope != Scope::Subject {
+                continue;
+            }
+            // The admin service refuses a rule edit its overrides would not fit, but an Envoy
+            // import may still change a descriptor rule under them: such an override is left
+            // out (decided by the rule) rather than handed to the limiter as an invalid rule.
+            if let Some(problem) = o.body.problems(&rule.body).first() {
+                tracing::warn!(tenant = %rule.tenant_id, rule = %rule.body.name, subject = %o.body.subject, %problem, "an override that no longer fits its rule is ignored");
                 continue;
             }
             let made = Arc::new(Rule {
@@ -471,6 +479,8 @@ mod tests {
             set("off", "acme-*", 9),
             set("site", "acme-*", 9),
             set("by-path", "/admin*", 7),
+            // No longer a valid override of its rule (a limit of 0): left out.
+            set("users", "broken", 0),
         ]);
         let limit = |name: &str, subject: &str| {
             let mut rules = t.resolve("GET /x");
@@ -484,6 +494,7 @@ mod tests {
         assert_eq!(limit("users", "acme-1"), Some(3));
         assert_eq!(limit("users", "acme-vip-1"), Some(5));
         assert_eq!(limit("users", "acme-vip-7"), Some(2));
+        assert_eq!(limit("users", "broken"), Some(1));
         // An override of a tenant-wide rule is ignored; a disabled rule is not compiled.
         assert_eq!(limit("site", "acme-1"), Some(1));
         assert_eq!(limit("off", "acme-1"), None);

@@ -282,7 +282,7 @@ impl MemoryBackend {
     }
 
     /// Removes the bucket `key` (a reset: its next check starts it afresh) and takes it off
-    /// its tenant's count of stored keys. Whether a live bucket was there.
+    /// its tenant's count of stored keys, the quota's. Whether a live bucket was there.
     pub fn remove(&self, key: &str, now: i64) -> bool {
         let removed = lock(&self.shards[self.shard_of(key)]).buckets.remove(key);
         let Some((_, expires)) = removed else {

@@ -19,6 +19,11 @@ pub use memory::MemoryBackend;
 pub use redis_backend::{check_script_sha, ActiveMarks};
 
 use crate::config::LimiterTarget;
+
+/// The reset script, hashed once.
+static RESET: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new(RESET_SOURCE));
+const RESET_SOURCE: &str = include_str!("../../../lua/reset.lua");
 pub use crate::redis_client::{keys, RedisClient, RedisOptions};
 
 /// The limiter a server instance uses. Cloning is cheap and shares the state.
@@ -77,17 +82,21 @@ impl Limiter {
         }
     }
 
-    /// Clears the bucket `key` (one `DEL` on Redis, routed to its node on a Cluster): the next
-    /// check of it finds it absent and starts full, as after it expired. Whether a live
-    /// bucket was there.
-    pub async fn reset(&self, key: &str) -> Result<bool, LimiterError> {
+    /// Clears `tenant`'s bucket `key`: the next check of it finds it absent and starts full,
+    /// as after it expired, and it no longer counts against the tenant's quota of live
+    /// buckets (on Redis, `lua/reset.lua` deletes it and its live-index entry in one step,
+    /// on the key's node of a Cluster). Whether a bucket was there.
+    pub async fn reset(&self, tenant: &str, key: &str) -> Result<bool, LimiterError> {
         match self {
             Limiter::InProcess(memory) => Ok(memory.remove(key, crate::store::now_ms())),
             Limiter::Redis(redis, _) => {
-                let mut del = redis::cmd("DEL");
-                del.arg(key);
-                let removed: i64 = redis.query_routed(&del, Some(key)).await?;
-                Ok(removed > 0)
+                let index = keys::live_index(tenant);
+                let existed: i64 = redis
+                    .run_script(&RESET, RESET_SOURCE, key, |cmd| {
+                        cmd.arg(2).arg(key).arg(&index);
+                    })
+                    .await?;
+                Ok(existed > 0)
             }
         }
     }

@@ -174,6 +174,7 @@ macro_rules! on_every_backend {
 
 on_every_backend!(
     a_reset_bucket_starts_full_and_no_other_bucket_changes,
+    a_reset_bucket_no_longer_counts_against_the_quota,
     remaining_stays_between_zero_and_capacity,
     idle_time_never_refills_beyond_capacity,
     time_going_backwards_creates_no_capacity,
@@ -331,7 +332,7 @@ async fn a_reset_bucket_starts_full_and_no_other_bucket_changes(b: &Backend) {
         assert!(bob_before.is_some(), "{spec:?}");
 
         assert!(
-            b.limiter.reset(&key("alice").key).await.unwrap(),
+            b.limiter.reset(&t, &key("alice").key).await.unwrap(),
             "{spec:?}"
         );
         assert_eq!(b.snapshot(&key("alice").key).await, None, "{spec:?}");
@@ -344,10 +345,42 @@ async fn a_reset_bucket_starts_full_and_no_other_bucket_changes(b: &Backend) {
         assert!(!b.check(&bob).await.allowed, "{spec:?}");
         // A bucket that holds nothing is reported as such.
         assert!(
-            !b.limiter.reset(&key("carol").key).await.unwrap(),
+            !b.limiter.reset(&t, &key("carol").key).await.unwrap(),
             "{spec:?}"
         );
     }
+}
+
+async fn a_reset_bucket_no_longer_counts_against_the_quota(b: &Backend) {
+    let t = tenant();
+    let spec = LimitSpec::new(Algorithm::FixedWindow, 1, 3_600_000);
+    let check = |subject: &str| {
+        let mut check = request(
+            &t,
+            vec![RuleCheck {
+                key: keys::bucket(&t, "quota", Some(subject)),
+                spec,
+                cost: 1,
+                shadow: false,
+            }],
+            None,
+        );
+        check.max_live_keys = Some(1);
+        check
+    };
+    assert!(b.check(&check("alice")).await.allowed);
+    // One live bucket of one allowed: Bob's would be a second.
+    assert!(matches!(
+        b.limiter.check(&check("bob")).await,
+        Err(LimiterError::OverQuota { .. })
+    ));
+    assert!(b
+        .limiter
+        .reset(&t, &keys::bucket(&t, "quota", Some("alice")))
+        .await
+        .unwrap());
+    // Alice's bucket is gone from the count too: hers can be made again (or Bob's instead).
+    assert!(b.check(&check("alice")).await.allowed);
 }
 
 async fn different_keys_never_share_state(b: &Backend) {

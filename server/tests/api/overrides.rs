@@ -148,6 +148,25 @@ async fn overrides_decide_exact_then_longest_prefix_then_rule(app: &TestApp) {
     let (status, _) = set(app, &t, &r, json!({ "subject": "ok", "limit": 9, "x": 1 })).await;
     assert_eq!(status, 400, "an unknown field");
 
+    // A rule edit its overrides would not fit (one bucket for the tenant has no subjects) is
+    // refused, naming them; the rule is as it was.
+    let mut tenant_wide = per_user();
+    tenant_wide["scope"] = json!("tenant");
+    let (status, _, body) = app
+        .call(
+            "PUT",
+            &format!("/v1/admin/tenants/{}/rules/{r}", t.id),
+            Some(&t.admin_key),
+            Some(&tenant_wide),
+        )
+        .await;
+    assert_eq!(status, 409, "{body}");
+    assert!(
+        body["detail"].as_str().unwrap().contains("acme-*"),
+        "{body}"
+    );
+    assert_eq!(admitted(app, &t, "acme-2").await, (4, "4".into()));
+
     // Who may: not a check key, not another tenant's admin; no such rule is a 404.
     let body = json!({ "subject": "ok", "limit": 9 });
     let (status, _, _) = app
