@@ -226,6 +226,45 @@ async fn a_reset_clears_one_bucket_on_a_cluster() {
 }
 
 #[tokio::test]
+async fn with_redis_down_a_reset_answers_503_and_records_nothing() {
+    let mut redis = RedisServer::start();
+    let app = distributed(&shared_postgres().fresh_database().await, &redis.url()).await;
+    let op = app.operator_key().await;
+    let t = setup_tenant(&app, &op, &[per_user(1)]).await;
+    let rule = rule_id(&app, &t, "per-user").await;
+    let reset = format!("/v1/admin/tenants/{}/rules/{rule}/reset", t.id);
+    let alice = json!({ "subject": "alice" });
+    redis.stop();
+    let (status, _, body) = app
+        .call("POST", &reset, Some(&t.admin_key), Some(&alice))
+        .await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["type"], "/problems/unavailable", "{body}");
+    let audit = format!("/v1/admin/tenants/{}/audit?action=rule.reset", t.id);
+    let (_, _, events) = app.call("GET", &audit, Some(&t.admin_key), None).await;
+    assert_eq!(
+        events,
+        json!([]),
+        "a reset that did not happen is not audited"
+    );
+    // Redis back: the same reset goes through.
+    redis.restart();
+    let answered = time_until(
+        async || {
+            app.call("POST", &reset, Some(&t.admin_key), Some(&alice))
+                .await
+                .0
+                == 200
+        },
+        Duration::from_secs(5),
+    )
+    .await;
+    eprintln!("the reset went through {answered:?} after Redis restarted");
+    let (_, _, events) = app.call("GET", &audit, Some(&t.admin_key), None).await;
+    assert_eq!(events.as_array().map(Vec::len), Some(1), "{events}");
+}
+
+#[tokio::test]
 async fn a_reset_ends_local_denials_on_every_instance_within_a_second() {
     let redis = RedisServer::start();
     let database = shared_postgres().fresh_database().await;
