@@ -1,7 +1,8 @@
-//! A tenant's rules: list, read, create, replace, delete. Validation is `app`'s (the console's
-//! form runs the same code); the per-match cap ([`MAX_RULES_PER_MATCH`]) keeps every check
-//! within the limiter's rules. The cap is counted inside the transaction that writes the
-//! rule, after locking the tenant's row, so concurrent creates cannot pass it together.
+//! A tenant's rules: list, read, create, replace, delete, and reset one of a rule's buckets.
+//! Validation is `app`'s (the console's form runs the same code); the per-match cap
+//! ([`MAX_RULES_PER_MATCH`]) keeps every check within the limiter's rules. The cap is counted
+//! inside the transaction that writes the rule, after locking the tenant's row, so concurrent
+//! creates cannot pass it together.
 
 use app::rules::{MatchKind, RuleBody, RuleInfo, Scope};
 use app::simulate::{ResetInput, ResetOutcome};
@@ -202,9 +203,9 @@ impl AdminService {
     /// transaction open, the bucket is removed from the limiter (Redis, or this process), the
     /// reset audited and committed, and the tenant's change announced, which drops every
     /// instance's deny cache of the tenant, so no instance keeps denying what the cleared
-    /// bucket now admits. Buckets
-    /// counted under a limit an Envoy descriptor set (`limit` in the request) are not
-    /// touched: they are keyed by that limit's period, which the reset does not name.
+    /// bucket now admits. Buckets counted under a limit an Envoy descriptor set (`limit` in
+    /// the request) are not touched: they are keyed by that limit's period, which the reset
+    /// does not name.
     pub async fn reset_bucket(
         &self,
         actor: &Actor,
