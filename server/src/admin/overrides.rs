@@ -47,14 +47,14 @@ impl AdminService {
             return Err(ServiceError::Invalid(problems));
         }
         let existing = store::overrides::list_for_rule(&mut tx, tenant_id, rule_id).await?;
-        let replaces = existing.iter().any(|o| o.body.subject == body.subject);
-        if !replaces && existing.len() >= MAX_OVERRIDES_PER_RULE {
+        let before = existing.iter().find(|o| o.body.subject == body.subject);
+        if before.is_none() && existing.len() >= MAX_OVERRIDES_PER_RULE {
             return Err(ServiceError::Conflict(format!(
                 "rule {:?} has {MAX_OVERRIDES_PER_RULE} overrides, the most a rule may have; delete one, or cover several subjects with a prefix (`acme-*`)",
                 rule.body.name
             )));
         }
-        let (set, before) = store::overrides::set(&mut tx, tenant_id, rule_id, body).await?;
+        let set = store::overrides::set(&mut tx, tenant_id, rule_id, body, before).await?;
         let created = before.is_none();
         self.commit(
             tx,
@@ -63,7 +63,7 @@ impl AdminService {
                 tenant: Some(tenant_id),
                 action: "override.set",
                 target: Some(rule_id),
-                detail: json!({ "policy": rule.body.name, "override": body, "before": before.map(|o| o.body) }),
+                detail: json!({ "policy": rule.body.name, "override": body, "before": before.map(|o| &o.body) }),
             },
             [Change::Tenant {
                 id: tenant_id.to_owned(),

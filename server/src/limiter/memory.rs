@@ -39,6 +39,16 @@ fn tenant_of(key: &str) -> &str {
 /// Stored keys per tenant, expired or not (what the quota counts).
 type Counts = Mutex<HashMap<String, u64>>;
 
+/// Takes `n` keys off `tenant`'s count, forgetting the tenant at zero.
+fn take_off(counts: &mut HashMap<String, u64>, tenant: &str, n: u64) {
+    if let Some(count) = counts.get_mut(tenant) {
+        *count = count.saturating_sub(n);
+        if *count == 0 {
+            counts.remove(tenant);
+        }
+    }
+}
+
 /// Adds `n` to `tenant`'s count (its name is copied only the first time).
 fn add(counts: &mut HashMap<String, u64>, tenant: &str, n: u64) {
     match counts.get_mut(tenant) {
@@ -87,12 +97,7 @@ impl Shard {
         let mut total = 0;
         for (tenant, n) in removed {
             total += n as usize;
-            if let Some(count) = counts.get_mut(&tenant) {
-                *count = count.saturating_sub(n);
-                if *count == 0 {
-                    counts.remove(&tenant);
-                }
-            }
+            take_off(&mut counts, &tenant, n);
         }
         total
     }
@@ -288,14 +293,7 @@ impl MemoryBackend {
         let Some((_, expires)) = removed else {
             return false;
         };
-        let mut counts = lock(&self.counts);
-        let tenant = tenant_of(key);
-        if let Some(count) = counts.get_mut(tenant) {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
-                counts.remove(tenant);
-            }
-        }
+        take_off(&mut lock(&self.counts), tenant_of(key), 1);
         expires > now
     }
 

@@ -67,29 +67,23 @@ pub async fn list_for_rule(
     Ok(rows.into_iter().map(OverrideInfo::from).collect())
 }
 
-/// Sets the override of `body.subject` on the rule: a new row, or the subject's existing one
-/// replaced (its id kept). Returns it, and the one it replaced.
+/// Sets the override of `body.subject` on the rule: a new row, or `before` (the subject's
+/// override, as the caller read it in the same transaction) replaced, its id kept.
 pub async fn set(
     exec: impl Into<Exec<'_>>,
     tenant_id: &str,
     rule_id: &str,
     body: &OverrideBody,
-) -> Result<(OverrideInfo, Option<OverrideInfo>), StoreError> {
-    let mut exec = exec.into();
-    let before = list_for_rule(exec.reborrow(), tenant_id, rule_id)
-        .await?
-        .into_iter()
-        .find(|o| o.body.subject == body.subject);
+    before: Option<&OverrideInfo>,
+) -> Result<OverrideInfo, StoreError> {
     let now = now_ms();
-    let id = before
-        .as_ref()
-        .map_or_else(|| uuid::Uuid::new_v4().to_string(), |o| o.id.clone());
+    let id = before.map_or_else(|| uuid::Uuid::new_v4().to_string(), |o| o.id.clone());
     let sql = "INSERT INTO subject_overrides \
                (id, tenant_id, rule_id, subject, limit_count, period_ms, burst, created_at, updated_at) \
                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8) ON CONFLICT (rule_id, subject) DO UPDATE SET \
                limit_count = excluded.limit_count, period_ms = excluded.period_ms, \
                burst = excluded.burst, updated_at = excluded.updated_at";
-    with_exec!(exec.reborrow(), conn => {
+    with_exec!(exec.into(), conn => {
         sqlx::query(sql)
             .bind(&id).bind(tenant_id).bind(rule_id).bind(&body.subject)
             .bind(to_i64(body.limit)).bind(body.period_ms.map(to_i64)).bind(body.burst.map(to_i64))
@@ -97,13 +91,12 @@ pub async fn set(
             .execute(conn)
             .await?;
     });
-    let info = OverrideInfo {
+    Ok(OverrideInfo {
         id,
         rule_id: rule_id.to_owned(),
         body: body.clone(),
-        created_at: before.as_ref().map_or(now, |o| o.created_at),
-    };
-    Ok((info, before))
+        created_at: before.map_or(now, |o| o.created_at),
+    })
 }
 
 /// Deletes an override of the rule; the deleted one, or `None` when there was none.

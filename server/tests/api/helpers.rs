@@ -163,6 +163,55 @@ pub async fn distributed_on_cluster(database_url: &str, nodes: Vec<String>) -> T
     spawn_app(config).await
 }
 
+/// Where an app under test keeps its counters.
+#[derive(Debug, Clone, Copy)]
+pub enum Backend {
+    InProcess,
+    Redis,
+    Cluster,
+}
+
+/// An app deciding on its [`Backend`], with the private services it runs on (stopped when
+/// this is dropped).
+pub struct AppOn {
+    pub app: TestApp,
+    _redis: Option<crate::services::RedisServer>,
+    _cluster: Option<crate::services::RedisCluster>,
+}
+
+/// An embedded app, or a distributed one on a fresh PostgreSQL database and a private Redis
+/// or Redis Cluster.
+pub async fn app_on(backend: Backend) -> AppOn {
+    use crate::services::{shared_postgres, RedisCluster, RedisServer};
+    match backend {
+        Backend::InProcess => AppOn {
+            app: spawn_embedded().await,
+            _redis: None,
+            _cluster: None,
+        },
+        Backend::Redis => {
+            let redis = RedisServer::start();
+            let database = shared_postgres().fresh_database().await;
+            AppOn {
+                app: distributed(&database, &redis.url()).await,
+                _redis: Some(redis),
+                _cluster: None,
+            }
+        }
+        Backend::Cluster => {
+            let cluster = tokio::task::spawn_blocking(RedisCluster::start)
+                .await
+                .unwrap();
+            let database = shared_postgres().fresh_database().await;
+            AppOn {
+                app: distributed_on_cluster(&database, cluster.urls()).await,
+                _redis: None,
+                _cluster: Some(cluster),
+            }
+        }
+    }
+}
+
 /// Polls `probe` every 5 ms until it returns true; returns how long that took. Fails past
 /// three times `limit`.
 pub async fn time_until(

@@ -8,10 +8,10 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::helpers::{
-    distributed, distributed_on_cluster, rule, rule_id, setup_tenant, spawn_embedded, time_until,
+    app_on, distributed, rule, rule_id, setup_tenant, spawn_embedded, time_until, Backend,
     TenantSetup, TestApp,
 };
-use crate::services::{shared_postgres, RedisCluster, RedisServer};
+use crate::services::{shared_postgres, RedisServer};
 
 /// One request per subject an hour, in a fixed window: each admitted check is one of the limit.
 fn per_user() -> Value {
@@ -220,25 +220,18 @@ async fn overrides_decide_exact_then_longest_prefix_then_rule(app: &TestApp) {
 
 #[tokio::test]
 async fn overrides_decide_in_process() {
-    let app = spawn_embedded().await;
-    overrides_decide_exact_then_longest_prefix_then_rule(&app).await;
+    overrides_decide_exact_then_longest_prefix_then_rule(&app_on(Backend::InProcess).await.app)
+        .await;
 }
 
 #[tokio::test]
 async fn overrides_decide_on_redis() {
-    let redis = RedisServer::start();
-    let app = distributed(&shared_postgres().fresh_database().await, &redis.url()).await;
-    overrides_decide_exact_then_longest_prefix_then_rule(&app).await;
+    overrides_decide_exact_then_longest_prefix_then_rule(&app_on(Backend::Redis).await.app).await;
 }
 
 #[tokio::test]
 async fn overrides_decide_on_a_cluster() {
-    let cluster = tokio::task::spawn_blocking(RedisCluster::start)
-        .await
-        .unwrap();
-    let database = shared_postgres().fresh_database().await;
-    let app = distributed_on_cluster(&database, cluster.urls()).await;
-    overrides_decide_exact_then_longest_prefix_then_rule(&app).await;
+    overrides_decide_exact_then_longest_prefix_then_rule(&app_on(Backend::Cluster).await.app).await;
 }
 
 #[tokio::test]

@@ -8,10 +8,9 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::helpers::{
-    distributed, distributed_on_cluster, new_key, rule, rule_id, setup_tenant, spawn_embedded,
-    time_until, TestApp,
+    app_on, distributed, new_key, rule, rule_id, setup_tenant, time_until, Backend, TestApp,
 };
-use crate::services::{shared_postgres, RedisCluster, RedisServer};
+use crate::services::{shared_postgres, RedisServer};
 use app::keys::KeyKind;
 
 fn per_user(limit: u64) -> Value {
@@ -204,25 +203,17 @@ async fn reset_clears_one_bucket_and_is_audited(app: &TestApp) {
 
 #[tokio::test]
 async fn a_reset_clears_one_bucket_in_process() {
-    let app = spawn_embedded().await;
-    reset_clears_one_bucket_and_is_audited(&app).await;
+    reset_clears_one_bucket_and_is_audited(&app_on(Backend::InProcess).await.app).await;
 }
 
 #[tokio::test]
 async fn a_reset_clears_one_bucket_on_redis() {
-    let redis = RedisServer::start();
-    let app = distributed(&shared_postgres().fresh_database().await, &redis.url()).await;
-    reset_clears_one_bucket_and_is_audited(&app).await;
+    reset_clears_one_bucket_and_is_audited(&app_on(Backend::Redis).await.app).await;
 }
 
 #[tokio::test]
 async fn a_reset_clears_one_bucket_on_a_cluster() {
-    let cluster = tokio::task::spawn_blocking(RedisCluster::start)
-        .await
-        .unwrap();
-    let database = shared_postgres().fresh_database().await;
-    let app = distributed_on_cluster(&database, cluster.urls()).await;
-    reset_clears_one_bucket_and_is_audited(&app).await;
+    reset_clears_one_bucket_and_is_audited(&app_on(Backend::Cluster).await.app).await;
 }
 
 #[tokio::test]
