@@ -9,6 +9,7 @@ use crate::audit::view::{PlatformAuditPage, TenantAuditPage};
 use crate::auth::{current_user, AccountPage, Role, SignInPage, SignedInUser, UserResource};
 use crate::dashboard::view::{FleetDashboardPage, TenantDashboardPage};
 use crate::keys::view::KeysPage;
+use crate::rules::file_page::RulesFilePage;
 use crate::rules::view::RulesPage;
 use crate::simulate::view::SimulatePage;
 use crate::status::StatusWidget;
@@ -72,6 +73,7 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/dashboard") view=FleetDashboardPage ssr=SsrMode::Async/>
                     <Route path=path!("/tenants/:tenant/dashboard") view=TenantDashboardPage ssr=SsrMode::Async/>
                     <Route path=path!("/tenants/:tenant/rules") view=RulesPage ssr=SsrMode::Async/>
+                    <Route path=path!("/tenants/:tenant/rules/file") view=RulesFilePage ssr=SsrMode::Async/>
                     <Route path=path!("/tenants/:tenant/keys") view=KeysPage ssr=SsrMode::Async/>
                     <Route path=path!("/tenants/:tenant/audit") view=TenantAuditPage ssr=SsrMode::Async/>
                     <Route path=path!("/tenants/:tenant/simulate") view=SimulatePage ssr=SsrMode::Async/>

@@ -47,6 +47,58 @@ pub enum Command {
     /// Import another rate limiter's configuration as a tenant's rules.
     #[command(subcommand)]
     Import(ImportCommand),
+    /// A tenant's rules as a file: export them, or import a file as a plan and apply it.
+    #[command(subcommand)]
+    Rules(RulesCommand),
+}
+
+/// `sluice rules …`
+#[derive(Debug, Subcommand)]
+pub enum RulesCommand {
+    /// Print the tenant's rules as a file (without ids, ordered by name), or write it to --out.
+    Export {
+        /// The tenant's id.
+        #[arg(long)]
+        tenant: String,
+        /// json or yaml (default: yaml when --out ends in .yaml or .yml, else json).
+        #[arg(long)]
+        format: Option<String>,
+        /// The file to write (default: standard output).
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+    },
+    /// Read a rules file and print the plan: the rules it would create, update (each changed
+    /// field) and delete, those it leaves unchanged, and every problem. With --apply, make
+    /// the changes in one transaction. A plan with problems exits with an error.
+    Import {
+        /// The rules file (YAML when it ends in .yaml or .yml, else JSON).
+        file: std::path::PathBuf,
+        /// The tenant's id.
+        #[arg(long)]
+        tenant: String,
+        /// Make the changes (without it, only print them).
+        #[arg(long)]
+        apply: bool,
+    },
+}
+
+/// The format a rules file is written in: `--format`, else from its name's extension.
+fn file_format(
+    given: Option<&str>,
+    path: Option<&std::path::Path>,
+) -> anyhow::Result<crate::admin::rule_files::FileFormat> {
+    use crate::admin::rule_files::FileFormat;
+    match given {
+        Some("json") => Ok(FileFormat::Json),
+        Some("yaml") => Ok(FileFormat::Yaml),
+        Some(other) => anyhow::bail!("unknown format {other:?}: use json or yaml"),
+        None => Ok(
+            match path.and_then(|p| p.extension()).and_then(|e| e.to_str()) {
+                Some("yaml" | "yml") => FileFormat::Yaml,
+                _ => FileFormat::Json,
+            },
+        ),
+    }
 }
 
 /// `sluice import …`
@@ -198,6 +250,60 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             print_import(&translation, &plan);
             Ok(())
         }
+        Command::Rules(RulesCommand::Export {
+            tenant,
+            format,
+            out,
+        }) => {
+            let format = file_format(format.as_deref(), out.as_deref())?;
+            let admin = offline_service(&cli.config).await?;
+            let file = admin.export_rules(&Actor::Cli, &tenant).await?;
+            let text = crate::admin::rule_files::write_rules_file(&file, format);
+            match out {
+                Some(path) => {
+                    std::fs::write(&path, text)
+                        .with_context(|| format!("cannot write {}", path.display()))?;
+                    print_note(&format!(
+                        "{} rules written to {}",
+                        file.rules.len(),
+                        path.display()
+                    ));
+                }
+                None => print_text(&text),
+            }
+            Ok(())
+        }
+        Command::Rules(RulesCommand::Import {
+            file,
+            tenant,
+            apply,
+        }) => {
+            let text = std::fs::read_to_string(&file)
+                .with_context(|| format!("cannot read {}", file.display()))?;
+            let rules =
+                crate::admin::rule_files::read_rules_file(&text, file_format(None, Some(&file))?)
+                    .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+            let admin = offline_service(&cli.config).await?;
+            let plan = admin
+                .import_rules(
+                    &Actor::Cli,
+                    &tenant,
+                    &rules.rules,
+                    crate::admin::rule_files::RuleSet::All,
+                    apply,
+                    None,
+                )
+                .await?;
+            print_plan(&plan);
+            let problems = plan.all_problems();
+            anyhow::ensure!(
+                problems.is_empty(),
+                "{} problem(s) in {}; nothing changed",
+                problems.len(),
+                file.display()
+            );
+            Ok(())
+        }
         Command::Migrate => {
             let db = Db::connect(&cli.config.database_url()).await?;
             db.migrate().await?;
@@ -308,7 +414,7 @@ pub async fn revoke_key(admin: &AdminService, id: &str) -> anyhow::Result<KeyInf
 
 /// Prints what an import found and did, for people.
 #[allow(clippy::print_stdout)]
-fn print_import(t: &crate::admin::import::Translation, plan: &crate::admin::import::ImportPlan) {
+fn print_import(t: &crate::admin::import::Translation, plan: &app::rules::RulesPlan) {
     let show = |r: &app::rules::RuleBody| {
         let entries: Vec<String> = r
             .descriptor
@@ -332,27 +438,81 @@ fn print_import(t: &crate::admin::import::Translation, plan: &crate::admin::impo
     for note in &t.notes {
         println!("not imported: {note}");
     }
-    for r in &plan.create {
-        println!("create  {}", show(r));
+    for c in &plan.create {
+        println!("create  {}", show(&c.rule));
     }
-    for (_, r) in &plan.update {
-        println!("update  {}", show(r));
+    for u in &plan.update {
+        println!("update  {}", show(&u.rule));
     }
-    for (_, name) in &plan.delete {
-        println!("delete  {name}");
+    for d in &plan.delete {
+        println!("delete  {}", d.name);
     }
     println!(
-        "{} to create, {} to update, {} to delete, {} unchanged: {}",
-        plan.create.len(),
-        plan.update.len(),
-        plan.delete.len(),
-        plan.unchanged,
+        "{}: {}",
+        plan.summary(),
         if plan.applied {
             "applied"
         } else {
             "nothing changed yet; run again with --apply to make these changes"
         }
     );
+}
+
+/// Prints a rules file's plan, for people: one line per rule, each changed field and each
+/// problem under its rule, then the totals.
+#[allow(clippy::print_stdout)]
+fn print_plan(plan: &app::rules::RulesPlan) {
+    let problems = |problems: &[app::rules::FieldError]| {
+        for p in problems {
+            println!("          problem: {p}");
+        }
+    };
+    for c in &plan.create {
+        println!("create  {}", c.rule.name);
+        problems(&c.problems);
+    }
+    for u in &plan.update {
+        println!("update  {}", u.rule.name);
+        for change in &u.changes {
+            println!(
+                "          {}: {} -> {}",
+                change.field, change.before, change.after
+            );
+        }
+        problems(&u.problems);
+    }
+    for d in &plan.delete {
+        match d.overrides {
+            0 => println!("delete  {}", d.name),
+            n => println!("delete  {} (and its {n} override(s))", d.name),
+        }
+    }
+    for p in &plan.problems {
+        println!("problem: {p}");
+    }
+    println!(
+        "{}: {}",
+        plan.summary(),
+        if plan.applied {
+            "applied"
+        } else if plan.all_problems().is_empty() {
+            "nothing changed yet; run again with --apply to make these changes"
+        } else {
+            "nothing changed"
+        }
+    );
+}
+
+/// Writes a file's text to standard output as it is.
+#[allow(clippy::print_stdout)]
+fn print_text(text: &str) {
+    print!("{text}");
+}
+
+/// Says what a command did, on standard error (standard output is for data).
+#[allow(clippy::print_stderr)]
+fn print_note(note: &str) {
+    eprintln!("{note}");
 }
 
 /// Prints keys as a table, for people.

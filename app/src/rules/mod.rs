@@ -3,6 +3,8 @@
 //! and server share this code, so a form validates exactly as the server does and the
 //! preview runs the server's model.
 
+mod file;
+pub mod file_page;
 pub mod model;
 mod overrides;
 pub mod preview;
@@ -16,6 +18,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::AppError;
 
+pub use file::{
+    changes, FieldChange, PlannedCreate, PlannedDelete, PlannedUpdate, RulesFile, RulesPlan,
+};
 pub use overrides::{
     matches as subject_matches, OverrideBody, OverrideInfo, SubjectPattern, MAX_OVERRIDES_PER_RULE,
 };
@@ -96,6 +101,18 @@ pub trait RulesPort: Send + Sync + 'static {
         apply: bool,
         expect: Option<&str>,
     ) -> Result<ImportPreview, AppError>;
+    /// The tenant's rules as a YAML rules file (no ids, ordered by name).
+    async fn export_rules(&self, tenant: &str) -> Result<String, AppError>;
+    /// Reads a rules file (YAML, or JSON) as the tenant's rules and answers the plan; with
+    /// `apply`, carries it out in one transaction, provided it is still the plan whose
+    /// fingerprint is `expect`.
+    async fn import_rules(
+        &self,
+        tenant: &str,
+        text: &str,
+        apply: bool,
+        expect: Option<&str>,
+    ) -> Result<RulesPlan, AppError>;
 }
 
 /// A tenant's rules.
@@ -165,6 +182,28 @@ pub async fn import_envoy(
 ) -> Result<ImportPreview, AppError> {
     crate::context::port::<dyn RulesPort>()?
         .import_envoy(&tenant, &yaml, apply, expect.as_deref())
+        .await
+}
+
+/// The tenant's rules as a YAML rules file.
+#[server(prefix = "/api", endpoint = "rules/export", input = Json)]
+pub async fn export_rules(tenant: String) -> Result<String, AppError> {
+    crate::context::port::<dyn RulesPort>()?
+        .export_rules(&tenant)
+        .await
+}
+
+/// Plans (`apply: false`) or applies a rules file; `expect`, a plan's fingerprint, makes
+/// Apply refuse a plan that is no longer the one shown.
+#[server(prefix = "/api", endpoint = "rules/import", input = Json)]
+pub async fn import_rules(
+    tenant: String,
+    text: String,
+    apply: bool,
+    expect: Option<String>,
+) -> Result<RulesPlan, AppError> {
+    crate::context::port::<dyn RulesPort>()?
+        .import_rules(&tenant, &text, apply, expect.as_deref())
         .await
 }
 

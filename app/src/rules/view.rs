@@ -272,6 +272,7 @@ pub fn RulesPage() -> impl IntoView {
         <TenantTabs tenant=tenant current="rules"/>
         <section class="card" aria-labelledby="rules-title">
             <h2 id="rules-title">"Rules"</h2>
+            <p class="muted">"Keep the rules in a file: " <a data-testid="rules-file-link" href=move || format!("/tenants/{}/rules/file", tenant.get())>"export, edit and import them"</a> ", with a preview of every change."</p>
             <Transition fallback=|| view! { <p class="muted">"Loading rules…"</p> }>
                 {move || rules.get().map(|reading| match reading {
                     Err(e) => view! { <ErrorNote error=e/> }.into_any(),

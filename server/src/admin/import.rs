@@ -1,7 +1,8 @@
 //! Importing an envoyproxy/ratelimit configuration (its YAML) as a tenant's descriptor rules:
 //! [`translate`] reads the file and says plainly what it cannot express;
 //! [`AdminService::import_descriptor_rules`] compares the result with the tenant's descriptor
-//! rules (by name) and, when asked, creates, updates and deletes them in one transaction.
+//! rules (by name) and, when asked, creates, updates and deletes them in one transaction: the
+//! plan of [`super::rule_files`], over the descriptor rules only.
 //!
 //! Each descriptor with a `rate_limit` becomes one `fixed_window` rule (envoyproxy/ratelimit
 //! counts in windows aligned to the epoch, as Sluice's fixed window does) whose entries are the
@@ -13,17 +14,13 @@
 use std::collections::HashSet;
 
 use app::rules::{
-    check_name, Algorithm, DescriptorEntry, FailureMode, FieldError, MatchKind, RuleBody, Scope,
+    check_name, Algorithm, DescriptorEntry, FailureMode, MatchKind, RuleBody, RulesPlan, Scope,
     MAX_IMPORT_BYTES, MAX_NAME_BYTES,
 };
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 
-use super::quotas::Quotas;
-use super::{Actor, AdminService, Event, ServiceError};
-use crate::decide::MAX_RULES_PER_MATCH;
-use crate::propagation::Change;
-use crate::store;
+use super::rule_files::RuleSet;
+use super::{Actor, AdminService, ServiceError};
 
 /// The file's top level.
 #[derive(Debug, Deserialize)]
@@ -257,30 +254,10 @@ fn rule_name(given: Option<&str>, path: &[DescriptorEntry], used: &mut HashSet<S
     unique
 }
 
-/// What an import does to a tenant's descriptor rules, by name.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct ImportPlan {
-    pub create: Vec<RuleBody>,
-    /// (the rule's id, its new body)
-    pub update: Vec<(String, RuleBody)>,
-    /// (the rule's id, its name): descriptor rules of the tenant the file no longer has.
-    pub delete: Vec<(String, String)>,
-    pub unchanged: usize,
-    /// A digest of the plan and of the rules it was made from: applying with the digest of a
-    /// preview refuses when anything it was made from has changed since.
-    pub fingerprint: String,
-    /// Whether the plan was carried out.
-    pub applied: bool,
-}
-
 impl AdminService {
-    /// Makes the tenant's descriptor rules those of `rules` (by name): creates the new ones,
-    /// replaces the changed ones and deletes those not among them, in one transaction, audited
-    /// as one `rules.import` event and announced to every instance. With `apply` false, only
-    /// says what it would do. With `expect`, the digest of an earlier preview, it applies only
-    /// the plan that preview showed: anything changed since is a conflict. Route rules are not
-    /// touched. Every rule is validated first, and
-    /// the tenant's quota of rules and the per-match cap hold for the result.
+    /// Makes the tenant's descriptor rules those of `rules` (by name), as
+    /// [`AdminService::import_rules`] does over [`RuleSet::Descriptor`]: route rules are not
+    /// touched. A plan with problems is refused even as a preview.
     pub async fn import_descriptor_rules(
         &self,
         actor: &Actor,
@@ -288,117 +265,9 @@ impl AdminService {
         rules: &[RuleBody],
         apply: bool,
         expect: Option<&str>,
-    ) -> Result<ImportPlan, ServiceError> {
-        self.authorize(actor, tenant_id).await?;
-        let mut problems = Vec::new();
-        for rule in rules {
-            if rule.match_kind != MatchKind::Descriptor {
-                problems.push(FieldError::new(
-                    "match",
-                    format!("{}: an import holds descriptor rules only", rule.name),
-                ));
-            }
-            for p in rule.problems() {
-                problems.push(FieldError::new(
-                    &p.field,
-                    format!("{}: {}", rule.name, p.message),
-                ));
-            }
-        }
-        if !problems.is_empty() {
-            return Err(ServiceError::Invalid(problems));
-        }
-        let mut tx = self.db.begin().await?;
-        if !store::tenants::lock(&mut tx, tenant_id).await? {
-            return Err(ServiceError::NotFound("tenant"));
-        }
-        let existing = store::rules::list_in(&mut tx, tenant_id).await?;
-        let mut plan = ImportPlan::default();
-        let wanted: HashSet<&str> = rules.iter().map(|r| r.name.as_str()).collect();
-        for rule in rules {
-            match existing.iter().find(|e| e.body.name == rule.name) {
-                Some(e) if e.body.match_kind != MatchKind::Descriptor => {
-                    return Err(ServiceError::Conflict(format!(
-                        "the tenant has a {} rule named {:?}; rename it or the limit in the file",
-                        e.body.match_kind.as_str(),
-                        rule.name
-                    )))
-                }
-                Some(e) if e.body == *rule => plan.unchanged += 1,
-                Some(e) => plan.update.push((e.id.clone(), rule.clone())),
-                None => plan.create.push(rule.clone()),
-            }
-        }
-        for e in &existing {
-            if e.body.match_kind == MatchKind::Descriptor && !wanted.contains(e.body.name.as_str())
-            {
-                plan.delete.push((e.id.clone(), e.body.name.clone()));
-            }
-        }
-        // The result within the tenant's quota of rules and the per-match cap.
-        let after = existing.len() + plan.create.len() - plan.delete.len();
-        let quotas = Quotas::from(store::quotas::get(&mut tx, tenant_id).await?);
-        if after as u64 > quotas.max_rules {
-            return Err(ServiceError::Conflict(format!(
-                "the import would leave the tenant {after} rules; its quota is {}: ask an operator to raise it (PUT /v1/admin/tenants/{{tenant}}/quotas)",
-                quotas.max_rules
-            )));
-        }
-        for rule in rules {
-            let same = rules
-                .iter()
-                .filter(|r| r.descriptor == rule.descriptor)
-                .count();
-            if same > MAX_RULES_PER_MATCH {
-                return Err(ServiceError::Conflict(format!(
-                    "{} rules have the entries of {:?}; a tenant may have at most {MAX_RULES_PER_MATCH}",
-                    same, rule.name
-                )));
-            }
-        }
-        plan.fingerprint = app::keys::sha256_hex(
-            &serde_json::to_string(&(&plan.create, &plan.update, &plan.delete, plan.unchanged))
-                .unwrap_or_default(),
-        );
-        if !apply {
-            return Ok(plan);
-        }
-        if expect.is_some_and(|e| e != plan.fingerprint) {
-            return Err(ServiceError::Conflict(
-                "the tenant's rules changed since this import was previewed: preview it again"
-                    .to_owned(),
-            ));
-        }
-        for (id, _) in &plan.delete {
-            store::rules::delete(&mut tx, tenant_id, id).await?;
-        }
-        for (id, body) in &plan.update {
-            store::rules::update(&mut tx, tenant_id, id, body).await?;
-        }
-        for body in &plan.create {
-            store::rules::insert(&mut tx, tenant_id, body).await?;
-        }
-        let detail = json!({
-            "created": plan.create.iter().map(|r| &r.name).collect::<Vec<_>>(),
-            "updated": plan.update.iter().map(|(_, r)| &r.name).collect::<Vec<_>>(),
-            "deleted": plan.delete.iter().map(|(_, name)| name).collect::<Vec<_>>(),
-        });
-        self.commit(
-            tx,
-            actor,
-            Event {
-                tenant: Some(tenant_id),
-                action: "rules.import",
-                target: None,
-                detail,
-            },
-            [Change::Tenant {
-                id: tenant_id.to_owned(),
-            }],
-        )
-        .await?;
-        plan.applied = true;
-        Ok(plan)
+    ) -> Result<RulesPlan, ServiceError> {
+        self.import_rules_strictly(actor, tenant_id, rules, RuleSet::Descriptor, apply, expect)
+            .await
     }
 }
 

@@ -14,6 +14,7 @@ pub mod import;
 pub mod keys;
 pub mod overrides;
 pub mod quotas;
+pub mod rule_files;
 pub mod rules;
 pub mod simulate;
 pub mod tenants;

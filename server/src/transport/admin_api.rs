@@ -21,6 +21,7 @@ use super::error::{ApiError, AppJson};
 use super::state::AppState;
 use crate::admin::keys::{KeyBody, RotateBody};
 use crate::admin::quotas::QuotasBody;
+use crate::admin::rule_files::{read_rules_file, write_rules_file, FileFormat, RuleSet};
 use crate::admin::Actor;
 
 /// The admin routes.
@@ -37,6 +38,11 @@ pub fn routes() -> Router<AppState> {
         .route(
             "/v1/admin/tenants/{tenant}/rules",
             get(list_rules).post(create_rule),
+        )
+        .route("/v1/admin/tenants/{tenant}/rules/export", get(export_rules))
+        .route(
+            "/v1/admin/tenants/{tenant}/rules/import",
+            post(import_rules),
         )
         .route(
             "/v1/admin/tenants/{tenant}/rules/{id}",
@@ -207,6 +213,89 @@ async fn delete_rule(
 ) -> Result<impl IntoResponse, ApiError> {
     state.admin.delete_rule(&actor, &tenant, &id).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExportQuery {
+    #[serde(default)]
+    format: FileFormat,
+}
+
+/// The tenant's rules as a file: JSON, or YAML with `?format=yaml`.
+async fn export_rules(
+    State(state): State<AppState>,
+    Acting(actor): Acting,
+    Path(tenant): Path<String>,
+    query: Result<Query<ExportQuery>, QueryRejection>,
+) -> Result<impl IntoResponse, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let file = state.admin.export_rules(&actor, &tenant).await?;
+    let content_type = match query.format {
+        FileFormat::Json => "application/json",
+        FileFormat::Yaml => "application/yaml",
+    };
+    Ok((
+        [(axum::http::header::CONTENT_TYPE, content_type)],
+        write_rules_file(&file, query.format),
+    ))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ImportQuery {
+    #[serde(default)]
+    dry_run: bool,
+    /// A dry run's fingerprint: apply only if the plan is still that one.
+    expect: Option<String>,
+}
+
+/// A rules file (JSON, or YAML with a YAML content type) as a plan over every rule of the
+/// tenant: with `?dry_run=true` the plan with its problems, else the plan applied.
+async fn import_rules(
+    State(state): State<AppState>,
+    Acting(actor): Acting,
+    Path(tenant): Path<String>,
+    query: Result<Query<ImportQuery>, QueryRejection>,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<impl IntoResponse, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let content_type = headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json");
+    let essence = content_type
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    let format = match essence.as_str() {
+        "application/json" => FileFormat::Json,
+        "application/yaml" | "application/x-yaml" | "text/yaml" | "text/x-yaml" => FileFormat::Yaml,
+        other => {
+            return Err(ApiError::BadRequest(format!(
+                "a rules file is sent as application/json or application/yaml, not {other:?}"
+            )))
+        }
+    };
+    let text = std::str::from_utf8(&body)
+        .map_err(|_| ApiError::BadRequest("a rules file is UTF-8 text".into()))?;
+    let file = read_rules_file(text, format).map_err(ApiError::BadRequest)?;
+    Ok(Json(
+        state
+            .admin
+            .import_rules(
+                &actor,
+                &tenant,
+                &file.rules,
+                RuleSet::All,
+                !query.dry_run,
+                query.expect.as_deref(),
+            )
+            .await?,
+    ))
 }
 
 async fn list_keys(

@@ -12,7 +12,7 @@ use app::dashboard::{DashboardPort, Range};
 use app::keys::{sha256_hex, KeyInfo, KeyKind, KeysPort};
 use app::rules::{
     Algorithm, FailureMode, ImportPreview, MatchKind, OverrideBody, OverrideInfo, RuleBody,
-    RuleInfo, RulesPort, Scope,
+    RuleInfo, RulesPlan, RulesPort, Scope,
 };
 use app::simulate::{ResetInput, ResetOutcome, SimulateInput, SimulatePort, Simulation};
 use app::status::{Status, StatusPort};
@@ -24,6 +24,7 @@ use tower_sessions::Session;
 use super::client_ip::ClientIp;
 use super::readiness;
 use crate::admin::keys::{KeyBody, RotateBody};
+use crate::admin::rule_files::{read_rules_file, write_rules_file, FileFormat, RuleSet};
 use crate::admin::{Actor, AdminService, ServiceError};
 use crate::dashboard::view::Scope as DashboardScope;
 use crate::dashboard::Dashboard;
@@ -480,14 +481,39 @@ impl RulesPort for ConsoleService {
             .map_err(service_error)?;
         Ok(ImportPreview {
             domain: translation.domain,
-            create: plan.create,
-            update: plan.update.into_iter().map(|(_, body)| body).collect(),
-            delete: plan.delete.into_iter().map(|(_, name)| name).collect(),
-            unchanged: plan.unchanged,
+            create: plan.create.into_iter().map(|c| c.rule).collect(),
+            update: plan.update.into_iter().map(|u| u.rule).collect(),
+            delete: plan.delete.into_iter().map(|d| d.name).collect(),
+            unchanged: plan.unchanged.len(),
             notes: translation.notes,
             fingerprint: plan.fingerprint,
             applied: plan.applied,
         })
+    }
+
+    async fn export_rules(&self, tenant: &str) -> Result<String, AppError> {
+        let actor = self.actor().await?;
+        let file = self
+            .admin
+            .export_rules(&actor, tenant)
+            .await
+            .map_err(service_error)?;
+        Ok(write_rules_file(&file, FileFormat::Yaml))
+    }
+
+    async fn import_rules(
+        &self,
+        tenant: &str,
+        text: &str,
+        apply: bool,
+        expect: Option<&str>,
+    ) -> Result<RulesPlan, AppError> {
+        let actor = self.actor().await?;
+        let file = read_rules_file(text, FileFormat::Yaml).map_err(AppError::Invalid)?;
+        self.admin
+            .import_rules(&actor, tenant, &file.rules, RuleSet::All, apply, expect)
+            .await
+            .map_err(service_error)
     }
 }
 

@@ -190,6 +190,40 @@ pub fn document() -> Value {
                 "parameters": [key_id.clone()],
                 "post": operation("revokeOperatorKey", "keys", "Revoke an operator key on every instance within a second (operators only).", admin_errors(json!({ "200": ok("Revoked.", schema("ApiKey")) }), false))
             },
+            "/v1/admin/tenants/{tenant}/rules/export": {
+                "parameters": [tenant_param()],
+                "get": {
+                    "operationId": "exportRules", "tags": ["rules"],
+                    "summary": "The tenant's rules as a file: every rule without ids or dates, ordered by name, so two exports diff cleanly. Import it again (here or on another tenant) with importRules.",
+                    "parameters": [{ "name": "format", "in": "query", "required": false, "schema": { "type": "string", "enum": ["json", "yaml"], "default": "json" } }],
+                    "responses": admin_errors(json!({ "200": {
+                        "description": "The rules file.",
+                        "content": {
+                            "application/json": { "schema": schema("RulesFile") },
+                            "application/yaml": { "schema": { "type": "string" } }
+                        }
+                    }, "400": problem("An unknown format.") }), false)
+                }
+            },
+            "/v1/admin/tenants/{tenant}/rules/import": {
+                "parameters": [tenant_param()],
+                "post": {
+                    "operationId": "importRules", "tags": ["rules"],
+                    "summary": "Make the tenant's rules those of a rules file, matched by name: rules the file lacks are deleted (with their overrides), changed ones replaced in place (same id, same buckets), new ones created. With dry_run=true, only the plan, each entry with its problems; without, the plan applied in one transaction, audited as one rules.import event and announced to every instance. A plan that changes nothing writes nothing.",
+                    "parameters": [
+                        { "name": "dry_run", "in": "query", "required": false, "schema": { "type": "boolean", "default": false } },
+                        { "name": "expect", "in": "query", "required": false, "schema": { "type": "string" }, "description": "The fingerprint of a dry run: apply only if the plan is still exactly that one." }
+                    ],
+                    "requestBody": {
+                        "required": true,
+                        "content": {
+                            "application/json": { "schema": schema("RulesFile") },
+                            "application/yaml": { "schema": { "type": "string" } }
+                        }
+                    },
+                    "responses": admin_errors(json!({ "200": ok("The plan; `applied` says whether it was carried out.", schema("RulesPlan")), "409": problem("The plan collides with the tenant's quota of rules, the rules-per-match cap or a rule's overrides, or (with expect) the rules changed since the dry run.") }), true)
+                }
+            },
             "/v1/admin/tenants/{tenant}/rules/{id}/overrides": {
                 "parameters": [tenant_param(), rule_id.clone()],
                 "get": operation("listOverrides", "rules", "The rule's per-subject overrides, by subject.", admin_errors(json!({ "200": ok("The overrides.", list_of("Override")) }), false)),
@@ -436,8 +470,10 @@ fn schemas() -> Value {
     let Value::Object(mut all) = schemas else {
         unreachable!("the schemas are an object")
     };
-    if let Value::Object(more) = subject_schemas() {
-        all.extend(more);
+    for more in [subject_schemas(), file_schemas()] {
+        if let Value::Object(more) = more {
+            all.extend(more);
+        }
     }
     Value::Object(all)
 }
@@ -476,6 +512,48 @@ fn subject_schemas() -> Value {
                 "rule_id": { "type": "string" }, "policy": { "type": "string" },
                 "subject": { "type": ["string", "null"] },
                 "cleared": { "type": "boolean", "description": "Whether the bucket held anything (false: it was empty or had expired)." }
+            }
+        }
+    })
+}
+
+/// The schemas of rules as files (apart from [`schemas`], for the macro recursion limit).
+fn file_schemas() -> Value {
+    let problems = json!({ "type": "array", "items": schema("FieldError") });
+    json!({
+        "RulesFile": {
+            "type": "object", "required": ["rules"], "additionalProperties": false,
+            "properties": { "rules": { "type": "array", "items": schema("RuleBody") } }
+        },
+        "FieldError": {
+            "type": "object", "required": ["field", "message"],
+            "properties": { "field": { "type": "string" }, "message": { "type": "string" } }
+        },
+        "RulesPlan": {
+            "type": "object", "required": ["create", "update", "delete", "unchanged", "problems", "fingerprint", "applied"],
+            "properties": {
+                "create": { "type": "array", "items": {
+                    "type": "object", "required": ["rule", "problems"],
+                    "properties": { "rule": schema("RuleBody"), "problems": problems.clone() }
+                } },
+                "update": { "type": "array", "items": {
+                    "type": "object", "required": ["id", "rule", "changes", "problems"],
+                    "properties": {
+                        "id": { "type": "string" }, "rule": schema("RuleBody"), "problems": problems.clone(),
+                        "changes": { "type": "array", "items": {
+                            "type": "object", "required": ["field", "before", "after"],
+                            "properties": { "field": { "type": "string" }, "before": { "type": "string" }, "after": { "type": "string" } }
+                        } }
+                    }
+                } },
+                "delete": { "type": "array", "items": {
+                    "type": "object", "required": ["id", "name", "overrides"],
+                    "properties": { "id": { "type": "string" }, "name": { "type": "string" }, "overrides": { "type": "integer", "description": "The per-subject overrides deleted with the rule." } }
+                } },
+                "unchanged": { "type": "array", "items": { "type": "string" }, "description": "The names of the rules left as they are." },
+                "problems": problems,
+                "fingerprint": { "type": "string", "description": "Send as `expect` to apply exactly this plan." },
+                "applied": { "type": "boolean" }
             }
         }
     })

@@ -27,4 +27,5 @@ mod openapi;
 mod overrides;
 mod redis_failure;
 mod reset;
+mod rule_files;
 mod store;

@@ -75,6 +75,12 @@ const EXPECTED: &[(&str, &str, u16)] = &[
     ("get", "/v1/admin/tenants/{tenant}/rules/{id}", 200),
     ("put", "/v1/admin/tenants/{tenant}/rules/{id}", 200),
     ("put", "/v1/admin/tenants/{tenant}/rules/{id}", 400),
+    ("get", "/v1/admin/tenants/{tenant}/rules/export", 200),
+    ("get", "/v1/admin/tenants/{tenant}/rules/export", 400),
+    ("post", "/v1/admin/tenants/{tenant}/rules/import", 200),
+    ("post", "/v1/admin/tenants/{tenant}/rules/import", 200),
+    ("post", "/v1/admin/tenants/{tenant}/rules/import", 400),
+    ("post", "/v1/admin/tenants/{tenant}/rules/import", 409),
     ("post", "/v1/check", 200),
     ("post", "/v1/check", 429),
     ("post", "/v1/check", 400),
@@ -280,6 +286,65 @@ async fn every_documented_operation_is_exercised_and_answers_a_documented_status
         Some(json!({ "name": "r" })),
     )
     .await; // 400
+
+    // The rules as a file, and that file imported: a dry run, the plan applied, a file that
+    // is not one, and a stale preview.
+    let export = "/v1/admin/tenants/{tenant}/rules/export";
+    let (_, file) = w
+        .call(
+            "GET",
+            export,
+            &format!("{rules_path}/export"),
+            Some(&admin),
+            None,
+        )
+        .await;
+    w.call(
+        "GET",
+        export,
+        &format!("{rules_path}/export?format=xml"),
+        Some(&admin),
+        None,
+    )
+    .await; // 400
+    let import = "/v1/admin/tenants/{tenant}/rules/import";
+    let mut edited = file.clone();
+    edited["rules"][0]["limit"] = json!(2);
+    let (_, plan) = w
+        .call(
+            "POST",
+            import,
+            &format!("{rules_path}/import?dry_run=true"),
+            Some(&admin),
+            Some(edited.clone()),
+        )
+        .await;
+    assert_eq!(plan["update"][0]["changes"][0]["field"], "limit", "{plan}");
+    let stale = plan["fingerprint"].as_str().unwrap().to_owned();
+    w.call(
+        "POST",
+        import,
+        &format!("{rules_path}/import"),
+        Some(&admin),
+        Some(file.clone()),
+    )
+    .await; // 200: nothing to change
+    w.call(
+        "POST",
+        import,
+        &format!("{rules_path}/import"),
+        Some(&admin),
+        Some(json!({ "rules": [{ "name": "r" }] })),
+    )
+    .await; // 400
+    w.call(
+        "POST",
+        import,
+        &format!("{rules_path}/import?expect=not-{stale}"),
+        Some(&admin),
+        Some(edited),
+    )
+    .await; // 409
 
     w.call(
         "POST",
@@ -608,7 +673,7 @@ async fn every_documented_operation_is_exercised_and_answers_a_documented_status
             );
         }
     }
-    assert_eq!(operations, 28);
+    assert_eq!(operations, 30);
     // ... and every answer is documented for its operation.
     for (method, template, status) in &w.calls {
         let responses = &paths[template.as_str()][method.as_str()]["responses"];
