@@ -321,6 +321,9 @@ test('tenant isolation: a tenant admin sees and changes nothing of another tenan
     ['rules/overrides/set', { tenant: b.id, rule: ruleId, body: { subject: 'x', limit: 1 } }],
     ['rules/overrides/set', { tenant: a.id, rule: ruleId, body: { subject: 'x', limit: 1 } }],
     ['rules/import_envoy', { tenant: b.id, yaml: 'domain: x\ndescriptors: []\n', apply: true }],
+    ['rules/export', { tenant: b.id }],
+    ['rules/for_route', { tenant: b.id, route: 'GET /' }],
+    ['rules/import', { tenant: b.id, text: 'rules: []\n', apply: true }],
   ];
   for (const [endpoint, args] of attempts) {
     const [ok, body] = await serverFn(page, endpoint, args);
@@ -450,6 +453,158 @@ test('an envoyproxy/ratelimit configuration is previewed, then applied as descri
   expect(JSON.parse(rules).map((r: { name: string }) => r.name).sort()).toEqual(
     ['envoy.path_/login.user', 'envoy.path_/search', 'envoy.remote_address', 'login'],
   );
+});
+
+test('a route written any way is saved in its normal form, a second rule on it asks first, and the page says which rules apply', async ({
+  page, browserErrors, saveScreenshot,
+}) => {
+  void browserErrors;
+  await signIn(page, OPERATOR, OPERATOR_PASSWORD);
+  const t = await tenantWithAdmin(page, unique('routes'));
+  await signOut(page);
+  await signIn(page, t.email, ADMIN_PASSWORD);
+  await expect(page).toHaveURL(new RegExp(`/tenants/${t.id}/rules$`));
+  await waitForHydration(page);
+
+  // What is not a method and a path is refused as it is typed.
+  await page.getByLabel('Name', { exact: true }).fill('payments');
+  await page.getByLabel('Route').fill('payments');
+  await expect(page.getByTestId('problem-route')).toContainText('a route is a method and a path');
+  await expect(page.getByTestId('save-rule')).toBeDisabled();
+  // Any case, spacing or query: the form shows the one form it is saved and matched in.
+  await page.getByLabel('Route').fill('  post   /payments?from=docs ');
+  await expect(page.getByTestId('problem-route')).toBeEmpty();
+  await expect(page.getByTestId('route-normal')).toHaveText('Saved as POST /payments: checks match routes in this form.');
+  await page.getByTestId('save-rule').click();
+  await expect(page.getByTestId('rule-saved')).toContainText('payments');
+  await expect(page.locator('tr[data-name="payments"]')).toContainText('exact POST /payments');
+
+  // A second rule on the same route asks first, saying which rule is there already.
+  await page.getByLabel('Name', { exact: true }).fill('payments-burst');
+  await page.getByLabel('Route').fill('POST /payments');
+  await expect(page.getByTestId('route-normal')).toBeEmpty();
+  await page.getByTestId('save-rule').click();
+  await expect(page.getByTestId('twin-warning')).toContainText('Rule "payments" already applies to POST /payments');
+  await saveScreenshot('rules-same-route');
+  const [, listed] = await serverFn(page, 'rules/list', { tenant: t.id });
+  expect(JSON.parse(listed)).toHaveLength(1);
+  await page.getByTestId('save-twin').click();
+  await expect(page.getByTestId('rule-saved')).toContainText('payments-burst');
+  await expect(page.getByTestId('twin-warning')).toHaveCount(0);
+  await expect(page.locator('tr[data-name="payments-burst"]')).toBeVisible();
+
+  // Which rules a route hits, resolved by the decision core, in any spelling.
+  await page.getByLabel('Which rules apply to').fill(' post  /payments ');
+  await page.getByTestId('which-rules').click();
+  const found = page.getByTestId('which-result');
+  await expect(found).toContainText('A check of POST /payments is counted by');
+  await expect(found.locator('li[data-name="payments"]')).toBeVisible();
+  await expect(found.locator('li[data-name="payments-burst"]')).toBeVisible();
+  await page.getByLabel('Which rules apply to').fill('GET /elsewhere');
+  await page.getByTestId('which-rules').click();
+  await expect(found).toContainText('No rule applies to GET /elsewhere');
+
+  // Simulate matches the same way.
+  const [ok, simulated] = await serverFn(page, 'simulate', { tenant: t.id, input: { route: 'post  /payments ' } });
+  expect(ok, simulated).toBe(true);
+  expect(JSON.parse(simulated).rules.map((r: { policy: string }) => r.policy).sort()).toEqual(['payments', 'payments-burst']);
+});
+
+test('a rules file is exported, edited, previewed as a plan, applied, and audited', async ({
+  page, browserErrors, saveScreenshot,
+}) => {
+  void browserErrors;
+  await signIn(page, OPERATOR, OPERATOR_PASSWORD);
+  const t = await tenantWithAdmin(page, unique('files'));
+  await signOut(page);
+  await signIn(page, t.email, ADMIN_PASSWORD);
+  for (const body of [
+    { name: 'search', match: 'exact', route: 'GET /search', scope: 'subject', algorithm: 'token_bucket', limit: 10, period_ms: 1000 },
+    { name: 'everything', match: 'all', scope: 'tenant', algorithm: 'fixed_window', limit: 1000, period_ms: 60000 },
+    { name: 'old', match: 'default', scope: 'tenant', algorithm: 'gcra', limit: 5, period_ms: 1000 },
+  ]) {
+    const [made, rule] = await serverFn(page, 'rules/save', { tenant: t.id, id: null, body });
+    expect(made, rule).toBe(true);
+  }
+
+  // The page is rendered on the server: the file is there before any script runs.
+  const raw = await (await page.request.get(`/tenants/${t.id}/rules/file`)).text();
+  expect(raw).toContain('name: everything');
+  await page.goto(`/tenants/${t.id}/rules`);
+  await waitForHydration(page);
+  await page.getByTestId('rules-file-link').click();
+  await expect(page).toHaveURL(new RegExp(`/tenants/${t.id}/rules/file$`));
+  await waitForHydration(page);
+  const box = page.getByLabel('The rules (YAML)');
+  const exported = await box.inputValue();
+  // Ordered by name, without ids.
+  expect(exported.indexOf('name: everything')).toBeLessThan(exported.indexOf('name: old'));
+  expect(exported.indexOf('name: old')).toBeLessThan(exported.indexOf('name: search'));
+  expect(exported).not.toContain('id:');
+  // The download is the same text.
+  const [download] = await Promise.all([
+    page.waitForEvent('download'),
+    page.getByTestId('rules-file-download').click(),
+  ]);
+  expect(download.suggestedFilename()).toBe(`rules-${t.id}.yaml`);
+  expect(readFileSync((await download.path())!, 'utf8')).toBe(exported);
+
+  // Unedited, the file is the tenant's rules: nothing to apply.
+  await expect(page.getByTestId('rules-file-apply')).toBeDisabled();
+  await page.getByTestId('rules-file-preview').click();
+  await expect(page.getByTestId('rules-file-same')).toBeVisible();
+  await expect(page.getByTestId('rules-file-unchanged')).toContainText('everything, old, search');
+  await expect(page.getByTestId('rules-file-apply')).toBeDisabled();
+
+  // Edited: one limit changed, one rule removed, one added.
+  const oldRule = /- name: old\n(  .*\n)*/;
+  expect(exported).toMatch(oldRule);
+  const edited = exported
+    .replace('limit: 10\n', 'limit: 25\n')
+    .replace(oldRule, '')
+    + '- name: fresh\n  match: prefix\n  route: GET /fresh\n  scope: tenant\n  algorithm: gcra\n  limit: 3\n  period_ms: 1000\n';
+  await box.fill(edited);
+  await expect(page.getByTestId('rules-file-apply')).toBeDisabled();
+  await page.getByTestId('rules-file-preview').click();
+  await expect(page.getByTestId('rules-file-plan')).toContainText('1 to create, 1 to update, 1 to delete, 1 unchanged');
+  const changes = page.getByTestId('rules-file-changes');
+  await expect(changes.locator('tr[data-name="search"][data-change="update"]')).toContainText('limit: 10 → 25');
+  await expect(changes.locator('tr[data-name="old"][data-change="delete"]')).toBeVisible();
+  await expect(changes.locator('tr[data-name="fresh"][data-change="create"]')).toContainText('3 / 1 s');
+  await saveScreenshot('rules-file-plan');
+  // A preview changes nothing.
+  const [, before] = await serverFn(page, 'rules/list', { tenant: t.id });
+  expect(JSON.parse(before).map((r: { name: string }) => r.name).sort()).toEqual(['everything', 'old', 'search']);
+
+  // A file with a problem shows it on its rule and cannot be applied.
+  await box.fill(edited.replace('limit: 3\n', 'limit: 0\n'));
+  await page.getByTestId('rules-file-preview').click();
+  await expect(page.getByTestId('rules-file-refused')).toBeVisible();
+  await expect(changes.locator('tr[data-name="fresh"]')).toContainText('limit');
+  await expect(page.getByTestId('rules-file-apply')).toBeDisabled();
+
+  // The good file again, previewed, then applied.
+  await box.fill(edited);
+  await page.getByTestId('rules-file-preview').click();
+  await expect(page.getByTestId('rules-file-plan')).toBeVisible();
+  await page.getByTestId('rules-file-apply').click();
+  await expect(page.getByTestId('rules-file-applied')).toContainText('Applied: 1 to create, 1 to update, 1 to delete, 1 unchanged');
+  // The box now holds the tenant's rules as they are.
+  await expect(box).toHaveValue(/name: fresh/);
+  await expect(box).not.toHaveValue(/name: old/);
+  const [, after] = await serverFn(page, 'rules/list', { tenant: t.id });
+  const rules = JSON.parse(after) as { name: string; limit: number }[];
+  expect(rules.map((r) => r.name).sort()).toEqual(['everything', 'fresh', 'search']);
+  expect(rules.find((r) => r.name === 'search')!.limit).toBe(25);
+
+  // The audit log shows one import.
+  await page.goto(`/tenants/${t.id}/audit`);
+  await waitForHydration(page);
+  await page.getByLabel('Action').selectOption('rules.import');
+  await page.getByTestId('apply-filter').click();
+  await expect(page.getByTestId('audit-row')).toHaveCount(1);
+  await expect(page.getByTestId('audit-row')).toContainText('fresh');
+  await expect(page.getByTestId('audit-row')).toHaveAttribute('data-actor', `user:${t.email}`);
 });
 
 test('a tenant admin gives some customers another limit with overrides on the rules page', async ({

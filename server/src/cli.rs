@@ -2,8 +2,10 @@
 //! that changes something goes through the admin service as the actor `cli`, so it is
 //! validated and audited like a change made over the API: `sluice key create --operator`
 //! (the first operator key, printed once and stored only as its SHA-256), `sluice key list
-//! --operator`, `sluice key rotate ID`, `sluice key revoke ID`, and `sluice user create`. With
-//! Redis configured, a change is announced to every running instance at once.
+//! --operator`, `sluice key rotate ID`, `sluice key revoke ID`, `sluice user create`, `sluice
+//! import envoy-ratelimit`, and `sluice rules export` / `sluice rules import` (a tenant's rules
+//! as a file, and a file as a plan). With Redis configured, a change is announced to every
+//! running instance at once.
 
 use anyhow::Context as _;
 use app::keys::{display_prefix, format_key, sha256_hex, KeyInfo, KeyKind, KEY_BYTES};

@@ -33,9 +33,18 @@ pub fn RulesFilePage() -> impl IntoView {
     // Asking the server for the file again (after an apply, or to drop the edits).
     let reload = RwSignal::new(0_u32);
     let exported = Resource::new(
-        move || (tenant.get(), reload.get(), apply.version().get()),
-        |(t, ..)| super::export_rules(t),
+        move || (tenant.get(), reload.get()),
+        |(t, _)| super::export_rules(t),
     );
+    // Once applied, the box shows the rules as they now are; a refused apply keeps the edits.
+    Effect::new(move |_| {
+        if apply
+            .value()
+            .with(|v| matches!(v, Some(Ok(plan)) if plan.applied))
+        {
+            reload.update(|n| *n += 1);
+        }
+    });
     // Which action's answer is shown: the one dispatched last.
     let applying_last = RwSignal::new(false);
     let shown = move || -> Option<Result<RulesPlan, AppError>> {

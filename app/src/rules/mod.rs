@@ -25,7 +25,7 @@ pub use overrides::{
     matches as subject_matches, OverrideBody, OverrideInfo, SubjectPattern, MAX_OVERRIDES_PER_RULE,
 };
 pub use rule::{
-    check_name, check_text, DescriptorEntry, FailureMode, MatchKind, RuleBody, Scope,
+    check_name, check_text, normal_route, DescriptorEntry, FailureMode, MatchKind, RuleBody, Scope,
     MAX_DESCRIPTOR_ENTRIES, MAX_NAME_BYTES, MAX_ROUTE_BYTES,
 };
 pub use spec::{
@@ -43,6 +43,15 @@ pub struct RuleInfo {
     pub body: RuleBody,
     pub created_at: i64,
     pub updated_at: i64,
+}
+
+/// The rules a check of `route` is counted by, as the decision core resolves them: the most
+/// specific route rules (exact, else the longest prefix, else the default rules), then the
+/// tenant-wide (`all`) rules. Enabled rules only; `route` is in its normal form.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RouteRules {
+    pub route: String,
+    pub rules: Vec<RuleInfo>,
 }
 
 /// What importing an envoyproxy/ratelimit configuration does, or would do, to a tenant's
@@ -101,6 +110,8 @@ pub trait RulesPort: Send + Sync + 'static {
         apply: bool,
         expect: Option<&str>,
     ) -> Result<ImportPreview, AppError>;
+    /// The rules a check of `route` would be counted by ([`RouteRules`]).
+    async fn rules_for_route(&self, tenant: &str, route: &str) -> Result<RouteRules, AppError>;
     /// The tenant's rules as a YAML rules file (no ids, ordered by name).
     async fn export_rules(&self, tenant: &str) -> Result<String, AppError>;
     /// Reads a rules file (YAML, or JSON) as the tenant's rules and answers the plan; with
@@ -182,6 +193,14 @@ pub async fn import_envoy(
 ) -> Result<ImportPreview, AppError> {
     crate::context::port::<dyn RulesPort>()?
         .import_envoy(&tenant, &yaml, apply, expect.as_deref())
+        .await
+}
+
+/// The rules a check of `route` would be counted by.
+#[server(prefix = "/api", endpoint = "rules/for_route", input = Json)]
+pub async fn rules_for_route(tenant: String, route: String) -> Result<RouteRules, AppError> {
+    crate::context::port::<dyn RulesPort>()?
+        .rules_for_route(&tenant, &route)
         .await
 }
 

@@ -1,8 +1,53 @@
 //! [`RuleBody`]: a tenant's rule as the API and the console exchange it, and its validation.
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 
 use super::spec::{Algorithm, FieldError, LimitSpec};
+
+/// The one form of a route, used wherever a route is named (a rule when it is saved or
+/// compiled, a check, a simulation), so that matching never differs by case or spacing:
+/// `METHOD /path`, the method upper-cased, one space, no query or fragment, no surrounding
+/// spaces. `" post  /payments?x=1 "` is `"POST /payments"`. Text that does not start with a
+/// method (letters) and a space is only trimmed; no rule can have such a route
+/// ([`RuleBody::problems`]). Borrows when the route is already in its normal form.
+pub fn normal_route(route: &str) -> Cow<'_, str> {
+    let trimmed = route.trim();
+    let Some((method, rest)) = trimmed.split_once(char::is_whitespace) else {
+        return Cow::Borrowed(trimmed);
+    };
+    if !method.bytes().all(|b| b.is_ascii_alphabetic()) {
+        return Cow::Borrowed(trimmed);
+    }
+    let path = rest.trim_start();
+    let path = path
+        .find(['?', '#'])
+        .map_or(path, |end| &path[..end])
+        .trim_end();
+    let normal = method.bytes().all(|b| b.is_ascii_uppercase())
+        && trimmed.as_bytes()[method.len()] == b' '
+        && trimmed.len() == method.len() + 1 + path.len()
+        && !path.is_empty();
+    if normal {
+        Cow::Borrowed(trimmed)
+    } else if path.is_empty() {
+        Cow::Owned(method.to_ascii_uppercase())
+    } else {
+        Cow::Owned(format!("{} {path}", method.to_ascii_uppercase()))
+    }
+}
+
+/// Whether a route in its normal form is a method and a path (`POST /payments`): what a
+/// rule's route must be.
+fn is_method_and_path(normal: &str) -> bool {
+    normal.split_once(' ').is_some_and(|(method, path)| {
+        !method.is_empty()
+            && method.bytes().all(|b| b.is_ascii_uppercase())
+            && path.starts_with('/')
+            && !path.contains(char::is_whitespace)
+    })
+}
 
 /// Longest route, subject or rule name, in bytes.
 pub const MAX_ROUTE_BYTES: usize = 256;
@@ -171,6 +216,17 @@ pub struct RuleBody {
 }
 
 impl RuleBody {
+    /// This rule with its route in the normal form ([`normal_route`]): what is stored and
+    /// what is compiled, whatever spacing or case it was written with.
+    pub fn normalized(mut self) -> Self {
+        if let Some(route) = &self.route {
+            if let Cow::Owned(normal) = normal_route(route) {
+                self.route = Some(normal);
+            }
+        }
+        self
+    }
+
     /// The limit parameters of this rule.
     pub fn spec(&self) -> LimitSpec {
         LimitSpec {
@@ -206,6 +262,11 @@ impl RuleBody {
             (Some(route), true) => {
                 if let Err(message) = check_text("route", route) {
                     problems.push(FieldError::new("route", message));
+                } else if !is_method_and_path(&normal_route(route)) {
+                    problems.push(FieldError::new(
+                        "route",
+                        "a route is a method and a path, e.g. POST /payments (a prefix rule's path may stop anywhere, e.g. GET /api/)",
+                    ));
                 }
             }
             (None, false) => {}
@@ -324,6 +385,51 @@ mod tests {
         assert_eq!(rule.failure_mode, FailureMode::Closed);
         assert!(rule.enabled && !rule.shadow && !rule.penalty);
         assert_eq!(rule.problems(), vec![]);
+    }
+
+    #[test]
+    fn a_route_has_one_normal_form_whatever_its_case_spacing_or_query() {
+        for written in [
+            "POST /payments",
+            "post /payments",
+            "  post   /payments ",
+            "Post /payments?x=1",
+            "POST /payments#top",
+            "POST\u{a0}/payments",
+        ] {
+            assert_eq!(normal_route(written), "POST /payments", "{written:?}");
+        }
+        assert!(matches!(normal_route("GET /x"), Cow::Borrowed("GET /x")));
+        // Text that is not a method and a path is only trimmed (a check may name a route
+        // no rule can have).
+        assert_eq!(normal_route(" payments "), "payments");
+        assert_eq!(normal_route("sign-in/client"), "sign-in/client");
+        assert_eq!(normal_route("get ?q=1"), "GET");
+        assert_eq!(normal_route("GET /x ?a=1"), "GET /x");
+        // Normal is normal: a second pass changes nothing.
+        for written in ["  post   /payments ", "GET /x ?a=1", "get ?q", " a b ", "x"] {
+            let once = normal_route(written).into_owned();
+            assert_eq!(normal_route(&once), once, "{written:?}");
+        }
+
+        let mut rule = body();
+        for route in [
+            "payments",
+            "/payments",
+            "POST payments",
+            "FOO/bar",
+            "GET /a b",
+        ] {
+            rule.route = Some(route.into());
+            assert_eq!(rule.problems()[0].field, "route", "{route:?}");
+        }
+        rule.route = Some(" post  /payments?x=1".into());
+        assert_eq!(rule.problems(), vec![], "written any way, it is a route");
+        assert_eq!(
+            rule.normalized().route.as_deref(),
+            Some("POST /payments"),
+            "and it is stored in its normal form"
+        );
     }
 
     #[test]

@@ -7,10 +7,11 @@ use leptos::prelude::*;
 
 use super::preview::{self, Shape, Traffic};
 use super::{
-    Algorithm, DeleteOverride, DeleteRule, DescriptorEntry, FailureMode, FieldError, ImportEnvoy,
-    ImportPreview, MatchKind, OverrideBody, RuleBody, RuleInfo, SaveRule, Scope, SetOverride,
-    MAX_IMPORT_BYTES,
+    normal_route, Algorithm, DeleteOverride, DeleteRule, DescriptorEntry, FailureMode, FieldError,
+    ImportEnvoy, ImportPreview, MatchKind, OverrideBody, RuleBody, RuleInfo, RulesForRoute,
+    SaveRule, Scope, SetOverride, MAX_IMPORT_BYTES,
 };
+use crate::error::AppError;
 use crate::tenants::view::TenantTabs;
 use crate::ui::{use_tenant, ConfirmButton, ErrorNote};
 
@@ -185,7 +186,8 @@ impl RuleForm {
                 }
             }
         };
-        let route = self.route.get();
+        // Saved in its normal form (`POST /payments`), the form a check's route is matched in.
+        let route = normal_route(&self.route.get()).into_owned();
         // Only descriptor rules read the (otherwise disabled) descriptor field.
         let descriptor =
             (match_kind == MatchKind::Descriptor).then(|| parse_entries(&self.descriptor.get()));
@@ -213,6 +215,60 @@ impl RuleForm {
             }
         }
         Draft { body, problems }
+    }
+}
+
+/// Whether two rules apply to the same checks: the same kind of match on the same route (or
+/// descriptor entries).
+fn same_match(a: &RuleBody, b: &RuleBody) -> bool {
+    let route = |r: &RuleBody| r.route.as_deref().map(|r| normal_route(r).into_owned());
+    a.match_kind == b.match_kind
+        && (!a.match_kind.needs_route() || route(a) == route(b))
+        && a.descriptor == b.descriptor
+}
+
+/// "Which rules apply to …": a route resolved by the decision core, as a check of it would be.
+#[component]
+fn WhichRules(tenant: Memo<String>) -> impl IntoView {
+    let route = RwSignal::new(String::new());
+    let ask = ServerAction::<RulesForRoute>::new();
+    let on_submit = move |ev: SubmitEvent| {
+        ev.prevent_default();
+        ask.dispatch(RulesForRoute {
+            tenant: tenant.get_untracked(),
+            route: route.get_untracked(),
+        });
+    };
+    view! {
+        <form class="inline-form" on:submit=on_submit data-testid="which-form">
+            <label for="which-route">"Which rules apply to"</label>
+            <input id="which-route" autocomplete="off" placeholder="POST /payments/42"
+                prop:value=route on:input=move |ev| route.set(event_target_value(&ev))/>
+            <button type="submit" class="secondary" data-testid="which-rules"
+                disabled=move || ask.pending().get() || route.with(|r| r.trim().is_empty())>"Show"</button>
+        </form>
+        <p class="muted">"A check counts against its route's exact rules, else its longest matching prefix rules, else the default rules; and always the tenant-wide (all) rules. Disabled rules count for nothing."</p>
+        {move || ask.value().get().map(|r| match r {
+            Ok(found) if found.rules.is_empty() => view! {
+                <p role="status" data-testid="which-result">"No rule applies to " <code>{found.route}</code> ": its checks are all allowed."</p>
+            }.into_any(),
+            Ok(found) => view! {
+                <div role="status" data-testid="which-result">
+                    <p>"A check of " <code>{found.route}</code> " is counted by:"</p>
+                    <ul>
+                        {found.rules.into_iter().map(|r| {
+                            let name = r.body.name.clone();
+                            let how = match &r.body.route {
+                                Some(route) => format!("{} {route}", r.body.match_kind.as_str()),
+                                None => r.body.match_kind.as_str().to_owned(),
+                            };
+                            view! { <li data-name=name>{r.body.name}" ("{how}")"</li> }
+                        }).collect_view()}
+                    </ul>
+                </div>
+            }.into_any(),
+            Err(e) => view! { <ErrorNote error=e/> }.into_any(),
+        })}
     }
 }
 
@@ -296,10 +352,12 @@ pub fn RulesPage() -> impl IntoView {
             </Transition>
             {move || delete.value().get().and_then(Result::err).map(|e| view! { <ErrorNote error=e/> })}
             {move || toggle.value().get().and_then(Result::err).map(|e| view! { <ErrorNote error=e/> })}
+            {view! { <WhichRules tenant=tenant/> }.into_any()}
         </section>
         {move || chosen.get().map(|rule| view! { <Overrides tenant=tenant rule=rule chosen=chosen/> })}
-        <RuleEditor tenant=tenant save=save form=form/>
-        <EnvoyImport tenant=tenant import=import/>
+        // Type-erased: the page's view type is otherwise too deep for the compiler's limit.
+        {view! { <RuleEditor tenant=tenant save=save form=form rules=rules/> }.into_any()}
+        {view! { <EnvoyImport tenant=tenant import=import/> }.into_any()}
     }
 }
 
@@ -681,8 +739,45 @@ fn Overrides(
 
 /// The rule form: create, or edit the rule chosen in the list.
 #[component]
-fn RuleEditor(tenant: Memo<String>, save: ServerAction<SaveRule>, form: RuleForm) -> impl IntoView {
+fn RuleEditor(
+    tenant: Memo<String>,
+    save: ServerAction<SaveRule>,
+    form: RuleForm,
+    rules: Resource<Result<Vec<RuleInfo>, AppError>>,
+) -> impl IntoView {
     let parsed = Memo::new(move |_| form.draft());
+    // Other rules on the same match as the form's rule: saving asks first, since a check
+    // there is counted by each of them.
+    let twins = move || -> Vec<String> {
+        let body = parsed.with(|d| d.body.clone());
+        let editing = form.editing.get();
+        rules
+            .get()
+            .and_then(Result::ok)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|r| Some(&r.id) != editing.as_ref())
+            .filter(|r| same_match(&r.body, &body))
+            .map(|r| r.body.name)
+            .collect()
+    };
+    // The rules on the same match, while the user is asked whether to save next to them.
+    let asking = RwSignal::new(None::<Vec<String>>);
+    // A question about another match, or another rule, is no longer the question.
+    let matched = Memo::new(move |_| {
+        parsed.with(|d| {
+            (
+                d.body.match_kind,
+                d.body.route.clone(),
+                d.body.descriptor.clone(),
+            )
+        })
+    });
+    Effect::new(move |_| {
+        matched.track();
+        form.editing.track();
+        asking.set(None);
+    });
     let problem = move |field: &'static str| {
         move || {
             if form.dirty.get() {
@@ -697,16 +792,43 @@ fn RuleEditor(tenant: Memo<String>, save: ServerAction<SaveRule>, form: RuleForm
             form.reset();
         }
     });
-    let on_submit = move |ev: SubmitEvent| {
-        ev.prevent_default();
-        form.dirty.set(true);
+    let dispatch = move || {
         if let Some(body) = parsed.get_untracked().valid() {
+            asking.set(None);
             save.dispatch(SaveRule {
                 tenant: tenant.get_untracked(),
                 id: form.editing.get_untracked(),
                 body,
             });
         }
+    };
+    let on_submit = move |ev: SubmitEvent| {
+        ev.prevent_default();
+        form.dirty.set(true);
+        if parsed.get_untracked().valid().is_none() {
+            return;
+        }
+        let twins = untrack(twins);
+        if twins.is_empty() {
+            dispatch();
+        } else {
+            asking.set(Some(twins));
+        }
+    };
+    let what = move || {
+        parsed.with(|d| match (&d.body.route, d.body.match_kind) {
+            (Some(route), _) => route.clone(),
+            (None, MatchKind::Default) => "every route no other rule matches".to_owned(),
+            (None, MatchKind::All) => "every check".to_owned(),
+            (None, _) => "these descriptor entries".to_owned(),
+        })
+    };
+    // What the typed route is saved as, when that differs from what was typed.
+    let normal = move || {
+        let typed = form.route.get();
+        let needs = MatchKind::parse(&form.match_kind.get()).is_some_and(MatchKind::needs_route);
+        let normal = normal_route(&typed).into_owned();
+        (needs && !normal.is_empty() && normal != typed).then_some(normal)
     };
     let text = move |signal: RwSignal<String>| {
         move |ev: leptos::ev::Event| {
@@ -745,9 +867,15 @@ fn RuleEditor(tenant: Memo<String>, save: ServerAction<SaveRule>, form: RuleForm
 
                     <label for="rule-route">"Route"</label>
                     <input id="rule-route" autocomplete="off" placeholder="POST /payments"
+                        aria-describedby="rule-route-normal rule-route-problem"
                         prop:disabled=move || !MatchKind::parse(&form.match_kind.get()).is_some_and(MatchKind::needs_route)
                         prop:value=form.route on:input=text(form.route)/>
-                    <span class="field-error" data-testid="problem-route">{problem("route")}</span>
+                    <span>
+                        <span class="field-error" id="rule-route-problem" data-testid="problem-route">{problem("route")}</span>
+                        <span class="muted" id="rule-route-normal" data-testid="route-normal">
+                            {move || normal().map(|n| view! { "Saved as " <code>{n}</code> ": checks match routes in this form." })}
+                        </span>
+                    </span>
 
                     <label for="rule-descriptor">"Descriptor"</label>
                     <input id="rule-descriptor" autocomplete="off" placeholder="service=api, remote_address"
@@ -810,6 +938,19 @@ fn RuleEditor(tenant: Memo<String>, save: ServerAction<SaveRule>, form: RuleForm
                         on:change=move |ev| form.allow_override.set(event_target_checked(&ev))/>
                         " Envoy may send this descriptor's limit (override)"</label>
                 </div>
+                {move || asking.get().map(|names| view! {
+                    <p class="confirm" role="alert" data-testid="twin-warning">
+                        {format!(
+                            "{} already {} to {}: a check there is counted by each rule. Save this one too?",
+                            names.iter().map(|n| format!("Rule {n:?}")).collect::<Vec<_>>().join(", "),
+                            if names.len() == 1 { "applies" } else { "apply" },
+                            what(),
+                        )}
+                        " "
+                        <button type="button" data-testid="save-twin" on:click=move |_| dispatch()>"Save it too"</button>
+                        <button type="button" class="secondary" on:click=move |_| asking.set(None)>"Cancel"</button>
+                    </p>
+                })}
                 <p class="actions">
                     <button type="submit" data-testid="save-rule"
                         disabled=move || save.pending().get() || (form.dirty.get() && parsed.with(|d| !d.problems.is_empty()))>

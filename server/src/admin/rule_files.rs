@@ -178,7 +178,9 @@ impl AdminService {
         let existing = store::rules::list_in(&mut tx, tenant_id).await?;
         let overrides = store::overrides::list(&mut tx, tenant_id).await?;
         let quotas = Quotas::from(store::quotas::get(&mut tx, tenant_id).await?);
-        let (mut plan, verdict) = plan(&existing, &overrides, rules, set, quotas.max_rules);
+        // Routes are stored in their normal form, so `post /x` in a file is the rule on `POST /x`.
+        let rules: Vec<RuleBody> = rules.iter().cloned().map(RuleBody::normalized).collect();
+        let (mut plan, verdict) = plan(&existing, &overrides, &rules, set, quotas.max_rules);
         if strict || apply {
             if let Some(refusal) = verdict.refusal() {
                 return Err(refusal);
@@ -198,11 +200,26 @@ impl AdminService {
             plan.applied = true;
             return Ok(plan);
         }
+        // A rule deleted since the plan was read (a delete does not wait for the tenant's
+        // lock) makes the plan wrong: nothing is written.
+        let gone = || {
+            ServiceError::Conflict(
+                "a rule of the plan was deleted meanwhile; nothing changed: preview it again"
+                    .to_owned(),
+            )
+        };
         for d in &plan.delete {
-            store::rules::delete(&mut tx, tenant_id, &d.id).await?;
+            if !store::rules::delete(&mut tx, tenant_id, &d.id).await? {
+                return Err(gone());
+            }
         }
         for u in &plan.update {
-            store::rules::update(&mut tx, tenant_id, &u.id, &u.rule).await?;
+            if store::rules::update(&mut tx, tenant_id, &u.id, &u.rule)
+                .await?
+                .is_none()
+            {
+                return Err(gone());
+            }
         }
         for c in &plan.create {
             store::rules::insert(&mut tx, tenant_id, &c.rule).await?;
@@ -267,11 +284,14 @@ fn plan(
                 "this import holds descriptor rules only",
             ));
         }
-        verdict.invalid.extend(
+        // A rule the file leaves as stored is not written, so its problems (a route saved
+        // before routes had to be a method and a path) do not stop the file.
+        let named = |problems: &[FieldError]| -> Vec<FieldError> {
             problems
                 .iter()
-                .map(|p| FieldError::new(&p.field, format!("rule {:?}: {}", rule.name, p.message))),
-        );
+                .map(|p| FieldError::new(&p.field, format!("rule {:?}: {}", rule.name, p.message)))
+                .collect()
+        };
         match by_name.get(rule.name.as_str()) {
             Some(stored) if !set.holds(&stored.body) => {
                 let message = format!(
@@ -281,9 +301,11 @@ fn plan(
                 );
                 verdict.conflicts.push(message.clone());
                 plan.problems.push(FieldError::new("name", message));
+                verdict.invalid.extend(named(&problems));
             }
             Some(stored) if stored.body == *rule => plan.unchanged.push(rule.name.clone()),
             Some(stored) => {
+                verdict.invalid.extend(named(&problems));
                 for o in overrides.iter().filter(|o| o.rule_id == stored.id) {
                     if let Some(p) = o.body.problems(rule).first() {
                         let message = format!(
@@ -303,10 +325,13 @@ fn plan(
                     problems,
                 });
             }
-            None => plan.create.push(PlannedCreate {
-                rule: rule.clone(),
-                problems,
-            }),
+            None => {
+                verdict.invalid.extend(named(&problems));
+                plan.create.push(PlannedCreate {
+                    rule: rule.clone(),
+                    problems,
+                });
+            }
         }
     }
     for stored in existing {
@@ -327,11 +352,13 @@ fn plan(
         .iter()
         .map(|u| (u.id.as_str(), &u.rule))
         .collect();
-    let after: Vec<&RuleBody> = existing
+    // In the form they are compiled in, so that `post /x` and `POST /x` count as one route.
+    let after: Vec<RuleBody> = existing
         .iter()
         .filter(|r| !deleted.contains(r.id.as_str()))
         .map(|r| updated.get(r.id.as_str()).copied().unwrap_or(&r.body))
         .chain(plan.create.iter().map(|c| &c.rule))
+        .map(|r| r.clone().normalized())
         .collect();
     if after.len() as u64 > max_rules && after.len() > existing.len() {
         let message = format!(

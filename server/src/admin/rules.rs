@@ -1,10 +1,10 @@
 //! A tenant's rules: list, read, create, replace, delete, and reset one of a rule's buckets.
-//! Validation is `app`'s (the console's form runs the same code); the per-match cap
+//! A rule's route is stored in its normal form (`RuleBody::normalized`). Validation is `app`'s (the console's form runs the same code); the per-match cap
 //! ([`MAX_RULES_PER_MATCH`]) keeps every check within the limiter's rules. The cap is counted
 //! inside the transaction that writes the rule, after locking the tenant's row, so concurrent
 //! creates cannot pass it together.
 
-use app::rules::{MatchKind, RuleBody, RuleInfo, Scope};
+use app::rules::{normal_route, MatchKind, RuleBody, RuleInfo, Scope};
 use app::simulate::{ResetInput, ResetOutcome};
 use serde_json::json;
 
@@ -60,7 +60,12 @@ impl AdminService {
             .into_iter()
             .filter(|r| Some(r.id.as_str()) != replacing)
             .filter(|r| r.body.match_kind == body.match_kind)
-            .filter(|r| !body.match_kind.needs_route() || r.body.route == body.route)
+            // Compared in the form routes are compiled in (a rule may predate normal forms).
+            .filter(|r| {
+                !body.match_kind.needs_route()
+                    || r.body.route.as_deref().map(normal_route)
+                        == body.route.as_deref().map(normal_route)
+            })
             .filter(|r| r.body.descriptor == body.descriptor)
             .count();
         if let Some(id) = replacing {
@@ -121,6 +126,7 @@ impl AdminService {
         body: &RuleBody,
     ) -> Result<RuleInfo, ServiceError> {
         self.authorize(actor, tenant_id).await?;
+        let body = &body.clone().normalized();
         let mut tx = self.begin_rule_change(tenant_id, body).await?;
         Self::check_rule(&mut tx, tenant_id, body, None).await?;
         let rule = store::rules::insert(&mut tx, tenant_id, body).await?;
@@ -149,6 +155,7 @@ impl AdminService {
         body: &RuleBody,
     ) -> Result<RuleInfo, ServiceError> {
         self.authorize(actor, tenant_id).await?;
+        let body = &body.clone().normalized();
         let mut tx = self.begin_rule_change(tenant_id, body).await?;
         Self::check_rule(&mut tx, tenant_id, body, Some(id)).await?;
         let rule = store::rules::update(&mut tx, tenant_id, id, body)

@@ -1,14 +1,39 @@
 //! Simulate: a check decided by the decision core as a dry run, against the tenant's rules as
-//! stored (so a rule saved a moment ago counts) and its current counters, consuming nothing.
+//! stored (so a rule saved a moment ago counts) and its current counters, consuming nothing;
+//! and which rules a route resolves to, by the same core.
 
+use app::rules::RouteRules;
 use app::simulate::{SimulateInput, SimulatedRule, Simulation};
 use app::tenants::TenantStatus;
 
-use super::{Actor, AdminService, ServiceError};
+use super::{dto, Actor, AdminService, ServiceError};
 use crate::decide::{Answer, CheckInput, CompiledTenant, Mode};
 use crate::store;
 
 impl AdminService {
+    /// The rules a check of `route` (in any spacing or case) is counted by, resolved by the
+    /// decision core from the tenant's rules as stored.
+    pub async fn rules_for_route(
+        &self,
+        actor: &Actor,
+        tenant_id: &str,
+        route: &str,
+    ) -> Result<RouteRules, ServiceError> {
+        let tenant = self.authorize(actor, tenant_id).await?;
+        let route =
+            crate::decide::Route::parse(route).map_err(|e| super::invalid(e.field, e.message))?;
+        let rules = store::rules::list(&self.db, tenant_id).await?;
+        let compiled = CompiledTenant::compile(tenant, rules);
+        Ok(RouteRules {
+            route: route.as_str().to_owned(),
+            rules: compiled
+                .resolve(route.as_str())
+                .into_iter()
+                .map(|rule| dto::rule((*rule).clone()))
+                .collect(),
+        })
+    }
+
     pub async fn simulate(
         &self,
         actor: &Actor,

@@ -5,7 +5,7 @@
 
 use std::borrow::Cow;
 
-use app::rules::{check_text, MAX_COST};
+use app::rules::{check_text, normal_route, MAX_COST};
 use app::simulate::SimulateInput;
 use serde::Deserialize;
 
@@ -28,15 +28,20 @@ fn invalid(field: &'static str, message: impl Into<String>) -> InputError {
     }
 }
 
-/// A normalised route name such as `POST /transfers/{id}`: 1 to 256 bytes, no control
-/// characters.
+/// A route name such as `POST /transfers/{id}` in its normal form
+/// ([`app::rules::normal_route`], the form rules are saved and compiled in: `post  /x?y=1 ` is
+/// `POST /x`): 1 to 256 bytes, no control characters.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Route(String);
 
 impl Route {
     pub fn parse(s: &str) -> Result<Self, InputError> {
         check_text("route", s).map_err(|m| invalid("route", m))?;
-        Ok(Self(s.to_owned()))
+        let normal = normal_route(s);
+        if normal.is_empty() {
+            return Err(invalid("route", "route must not be blank"));
+        }
+        Ok(Self(normal.into_owned()))
     }
 
     pub fn as_str(&self) -> &str {
@@ -292,6 +297,9 @@ mod tests {
     fn a_full_body_parses_and_cost_defaults_to_one() {
         let input = parse(r#"{"route":"POST /x","subject":"u1","request_id":"r1"}"#).unwrap();
         assert_eq!(input.route.as_str(), "POST /x");
+        // Routes are compared in their normal form, the form rules are stored in.
+        let input = parse(r#"{"route":" post  /x?page=2 "}"#).unwrap();
+        assert_eq!(input.route.as_str(), "POST /x");
         assert_eq!(input.cost, Cost::ONE);
         assert_eq!(input.subject.unwrap().as_str(), "u1");
         assert_eq!(input.request_id.unwrap().as_str(), "r1");
@@ -305,6 +313,7 @@ mod tests {
         assert_eq!(field(r#"{"route":"a","extra":1}"#), "body");
         assert_eq!(field(r#"{"cost":1}"#), "route");
         assert_eq!(field(r#"{"route":""}"#), "route");
+        assert_eq!(field(r#"{"route":"   "}"#), "route");
         assert_eq!(
             field(&format!(r#"{{"route":"{}"}}"#, "a".repeat(257))),
             "route"

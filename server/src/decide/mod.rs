@@ -33,7 +33,9 @@ use app::rules::FailureMode;
 pub use deny_cache::DenyCache;
 pub use error::DecideError;
 pub use identity::{Identities, UsageRecorder};
-pub use input::{CheckInput, Descriptor, InputError, LimitOverride, Subject, MAX_DESCRIPTORS};
+pub use input::{
+    CheckInput, Descriptor, InputError, LimitOverride, Route, Subject, MAX_DESCRIPTORS,
+};
 pub use tenant::{CompiledTenant, MAX_RULES_PER_MATCH};
 
 use crate::dashboard::LiveInstances;

@@ -60,7 +60,10 @@ impl CompiledTenant {
             denials: Arc::default(),
             overrides: HashMap::new(),
         };
-        for rule in rules.into_iter().filter(|r| r.body.enabled) {
+        for mut rule in rules.into_iter().filter(|r| r.body.enabled) {
+            // Routes are matched in their normal form, the form a check's route takes, even
+            // for a rule stored before routes were normalised on save.
+            rule.body = rule.body.normalized();
             let rule = Arc::new(rule);
             match (rule.body.match_kind, rule.body.route.clone()) {
                 (MatchKind::Exact, Some(route)) => {
@@ -380,6 +383,22 @@ mod tests {
                 .collect(),
         );
         rule
+    }
+
+    #[test]
+    fn a_rule_stored_with_a_route_in_another_form_still_matches_its_normal_form() {
+        let t = compiled(vec![
+            rule("exact", MatchKind::Exact, Some(" post  /payments ")),
+            rule("prefix", MatchKind::Prefix, Some("get /api/")),
+        ]);
+        let names = |route: &str| -> Vec<String> {
+            t.resolve(route)
+                .iter()
+                .map(|r| r.body.name.clone())
+                .collect()
+        };
+        assert_eq!(names("POST /payments"), ["exact"]);
+        assert_eq!(names("GET /api/v1"), ["prefix"]);
     }
 
     #[test]

@@ -11,8 +11,8 @@ use app::auth::{AuthPort, Role, SignedInUser};
 use app::dashboard::{DashboardPort, Range};
 use app::keys::{sha256_hex, KeyInfo, KeyKind, KeysPort};
 use app::rules::{
-    Algorithm, FailureMode, ImportPreview, MatchKind, OverrideBody, OverrideInfo, RuleBody,
-    RuleInfo, RulesPlan, RulesPort, Scope,
+    Algorithm, FailureMode, ImportPreview, MatchKind, OverrideBody, OverrideInfo, RouteRules,
+    RuleBody, RuleInfo, RulesPlan, RulesPort, Scope,
 };
 use app::simulate::{ResetInput, ResetOutcome, SimulateInput, SimulatePort, Simulation};
 use app::status::{Status, StatusPort};
@@ -489,6 +489,14 @@ impl RulesPort for ConsoleService {
             fingerprint: plan.fingerprint,
             applied: plan.applied,
         })
+    }
+
+    async fn rules_for_route(&self, tenant: &str, route: &str) -> Result<RouteRules, AppError> {
+        let actor = self.actor().await?;
+        self.admin
+            .rules_for_route(&actor, tenant, route)
+            .await
+            .map_err(service_error)
     }
 
     async fn export_rules(&self, tenant: &str) -> Result<String, AppError> {

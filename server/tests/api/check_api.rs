@@ -389,6 +389,85 @@ async fn malformed_checks_get_400_problems() {
     assert_eq!(status, 200, "{body}");
 }
 
+/// Issue: a rule on `post /payments` never matched a check of `POST /payments`. Routes have one
+/// normal form (`METHOD /path`), applied to a rule when it is saved and to a check's route, on
+/// `/v1/check` and in simulate alike.
+#[tokio::test]
+async fn a_route_is_matched_in_its_normal_form_on_checks_and_in_simulate() {
+    let app = spawn_embedded().await;
+    let op = app.operator_key().await;
+    let t = setup_tenant(&app, &op, &[]).await;
+    let rules = format!("/v1/admin/tenants/{}/rules", t.id);
+    let (status, _, created) = app
+        .call(
+            "POST",
+            &rules,
+            Some(&t.admin_key),
+            Some(&rule(
+                "payments",
+                "exact",
+                Some("  post   /payments?from=docs "),
+                "fixed_window",
+                3,
+                60_000,
+            )),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    assert_eq!(
+        created["route"], "POST /payments",
+        "stored in its normal form"
+    );
+    for route in ["payments", "/payments", "POST payments"] {
+        let (status, _, refused) = app
+            .call(
+                "POST",
+                &rules,
+                Some(&t.admin_key),
+                Some(&rule("other", "exact", Some(route), "gcra", 1, 1_000)),
+            )
+            .await;
+        assert_eq!(status, 400, "{route}: {refused}");
+        assert_eq!(refused["errors"][0]["field"], "route", "{refused}");
+    }
+
+    // Written any way, a check of the route is counted by the rule, in one bucket.
+    for route in [
+        "post  /payments ",
+        "POST /payments",
+        "Post /payments?page=2",
+    ] {
+        let (status, _, body) = app.check(&t.check_key, json!({ "route": route })).await;
+        assert_eq!(
+            (status, &body["policy"]),
+            (200, &json!("payments")),
+            "{route}: {body}"
+        );
+    }
+    let (status, _, body) = app
+        .check(&t.check_key, json!({ "route": "POST /payments" }))
+        .await;
+    assert_eq!(status, 429, "{body}");
+
+    // Simulate resolves it the same way.
+    for route in ["post  /payments ", "POST /payments"] {
+        let (status, _, simulated) = app
+            .call(
+                "POST",
+                &format!("/v1/admin/tenants/{}/simulate", t.id),
+                Some(&t.admin_key),
+                Some(&json!({ "route": route })),
+            )
+            .await;
+        assert_eq!(status, 200, "{simulated}");
+        assert_eq!(
+            (&simulated["allowed"], &simulated["policy"]),
+            (&json!(false), &json!("payments")),
+            "{route}: {simulated}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_route_without_rules_is_allowed_without_the_limiter() {
     let app = spawn_embedded().await;

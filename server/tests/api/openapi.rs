@@ -288,7 +288,7 @@ async fn every_documented_operation_is_exercised_and_answers_a_documented_status
     .await; // 400
 
     // The rules as a file, and that file imported: a dry run, the plan applied, a file that
-    // is not one, and a stale preview.
+    // is not one, and a fingerprint that is not the plan's.
     let export = "/v1/admin/tenants/{tenant}/rules/export";
     let (_, file) = w
         .call(

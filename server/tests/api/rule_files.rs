@@ -507,3 +507,42 @@ async fn sluice_rules_export_and_import_from_the_command_line() {
     let stderr = sluice_fails(&env, &["rules", "import", file, "--tenant", &t.id]);
     assert!(stderr.contains("not a rules file"), "{stderr}");
 }
+
+/// A rule stored before routes had to be a method and a path (here `payments`) still decides,
+/// and a file that leaves it as it is can be applied; changing it needs a valid route.
+#[tokio::test]
+async fn a_rule_saved_before_routes_had_a_normal_form_does_not_stop_its_tenants_files() {
+    let app = app_on(Backend::InProcess).await.app;
+    let op = app.operator_key().await;
+    let t = setup_tenant(&app, &op, &[search()]).await;
+    let old: app::rules::RuleBody = serde_json::from_value(rule(
+        "legacy",
+        "exact",
+        Some("payments"),
+        "fixed_window",
+        1,
+        60_000,
+    ))
+    .unwrap();
+    sluice::store::rules::insert(&app.db, &t.id, &old)
+        .await
+        .unwrap();
+    let (status, _, body) = app
+        .check(&t.check_key, json!({ "route": "payments" }))
+        .await;
+    assert_eq!((status, &body["policy"]), (200, &json!("legacy")), "{body}");
+
+    let (_, text) = export(&app, &t, "json").await;
+    let (status, plan) = import(&app, &t, "", "application/json", &text).await;
+    assert_eq!(status, 200, "{plan}");
+    assert_eq!(plan["applied"], true);
+    assert_eq!(names(&plan["unchanged"], ""), ["b-search", "legacy"]);
+
+    let mut file: Value = serde_json::from_str(&text).unwrap();
+    file["rules"][1]["limit"] = json!(2);
+    let (status, plan) = import_json(&app, &t, "dry_run=true", &file).await;
+    assert_eq!(status, 200, "{plan}");
+    assert_eq!(plan["update"][0]["problems"][0]["field"], "route", "{plan}");
+    let (status, _) = import_json(&app, &t, "", &file).await;
+    assert_eq!(status, 400);
+}
