@@ -100,7 +100,8 @@ pub fn use_tenant() -> Memo<String> {
     Memo::new(move |_| params.read().get("tenant").unwrap_or_default())
 }
 
-/// A button that asks before it acts: the first press shows "Yes, …" and "Cancel".
+/// A button that asks before it acts: the first press shows the question with "Yes, …" (which
+/// takes the focus) and "Cancel"; Escape cancels.
 #[component]
 pub fn ConfirmButton(
     /// The button's label, e.g. "Suspend".
@@ -115,6 +116,21 @@ pub fn ConfirmButton(
     let (asking, set_asking) = signal(false);
     let confirm_label = format!("Yes, {}", label.to_lowercase());
     let confirm_id = format!("{testid}-confirm");
+    // The question takes the focus, so a keyboard user answers it at once; Escape cancels.
+    let yes = NodeRef::<leptos::html::Button>::new();
+    #[cfg(feature = "hydrate")]
+    Effect::new(move |_| {
+        if asking.get() {
+            if let Some(button) = yes.get() {
+                let _ = button.focus();
+            }
+        }
+    });
+    let on_key = move |ev: leptos::ev::KeyboardEvent| {
+        if ev.key() == "Escape" {
+            set_asking.set(false);
+        }
+    };
     view! {
         <Show
             when=move || asking.get()
@@ -128,10 +144,11 @@ pub fn ConfirmButton(
                 }
             }
         >
-            <span class="confirm" role="group">
+            <span class="confirm" role="group" on:keydown=on_key>
                 <span class="question">{question.clone()}</span>
                 <button
                     type="button"
+                    node_ref=yes
                     class:danger=danger
                     data-testid=confirm_id.clone()
                     on:click=move |_| {

@@ -140,9 +140,14 @@ test('a tenant admin: rule, check key to 429, rotation with grace, revocation, a
     await page.getByRole('button', { name: 'Save changes' }).click();
     await expect(ruleRow).toContainText(`${limit} / 10 min`);
   }
-  // The shadow and fail-mode toggles save at once.
-  await page.locator('tr[data-name="checkout"]').getByTestId('toggle-failure').click();
-  await expect(page.locator('tr[data-name="checkout"]').getByTestId('toggle-failure')).toHaveText('fail open');
+  // A change from the list asks first, and says what it did.
+  await ruleRow.getByTestId('failure-mode').selectOption('open');
+  await expect(ruleRow.getByTestId('failure-question')).toContainText('fail open: allow instead of fail closed: answer 503?');
+  const [, unchanged] = await serverFn(page, 'rules/list', { tenant: tenantId });
+  expect(JSON.parse(unchanged)[0].failure_mode).toBe('closed');
+  await ruleRow.getByTestId('failure-confirm').click();
+  await expect(page.getByTestId('change-saved')).toContainText('Saved: rule checkout now fail open: allow when the limiter is down.');
+  await expect(ruleRow.getByTestId('failure-mode')).toHaveValue('open');
   await saveScreenshot('rules');
   // The server-rendered page reads correctly with no script at all.
   const noScript = await browser.newContext({ javaScriptEnabled: false });
@@ -453,6 +458,59 @@ test('an envoyproxy/ratelimit configuration is previewed, then applied as descri
   expect(JSON.parse(rules).map((r: { name: string }) => r.name).sort()).toEqual(
     ['envoy.path_/login.user', 'envoy.path_/search', 'envoy.remote_address', 'login'],
   );
+});
+
+test('changes from the rules list ask first, say what changed and can be undone; states read as words', async ({
+  page, browserErrors,
+}) => {
+  void browserErrors;
+  await signIn(page, OPERATOR, OPERATOR_PASSWORD);
+  const t = await tenantWithAdmin(page, unique('states'));
+  await signOut(page);
+  await signIn(page, t.email, ADMIN_PASSWORD);
+  const base = { match: 'default', scope: 'tenant', algorithm: 'gcra', limit: 5, period_ms: 1000 };
+  for (const body of [
+    { ...base, name: 'live' },
+    { ...base, name: 'off', match: 'all', enabled: false },
+    { ...base, name: 'quiet', match: 'all', shadow: true },
+  ]) {
+    const [made, rule] = await serverFn(page, 'rules/save', { tenant: t.id, id: null, body });
+    expect(made, rule).toBe(true);
+  }
+  await page.goto(`/tenants/${t.id}/rules`);
+  await waitForHydration(page);
+  const row = (name: string) => page.locator(`tr[data-name="${name}"]`);
+  await expect(row('live').getByTestId('rule-state')).toHaveText('enforced');
+  await expect(row('off').getByTestId('rule-state')).toHaveText('disabled');
+  await expect(row('quiet').getByTestId('rule-state')).toHaveText('shadow');
+  await expect(row('off').getByTestId('toggle-shadow')).toHaveCount(0);
+
+  // The question takes the focus; Escape cancels it, and nothing changes.
+  await row('live').getByTestId('toggle-shadow').click();
+  await expect(row('live')).toContainText('counted as would-deny but never denied');
+  await expect(row('live').getByTestId('toggle-shadow-confirm')).toBeFocused();
+  await page.keyboard.press('Escape');
+  await expect(row('live').getByTestId('toggle-shadow-confirm')).toHaveCount(0);
+  await expect(row('live').getByTestId('rule-state')).toHaveText('enforced');
+
+  // Confirmed: saved, said, and undone in one step.
+  await row('live').getByTestId('toggle-shadow').click();
+  await row('live').getByTestId('toggle-shadow-confirm').click();
+  await expect(page.getByTestId('change-saved')).toContainText('Saved: rule live is now shadow: counted, never denied.');
+  await expect(row('live').getByTestId('rule-state')).toHaveText('shadow');
+  await page.getByTestId('undo-change').click();
+  await expect(page.getByTestId('change-saved')).toContainText('Undone: rule live is back as it was.');
+  await expect(page.getByTestId('undo-change')).toHaveCount(0);
+  await expect(row('live').getByTestId('rule-state')).toHaveText('enforced');
+  const [, listed] = await serverFn(page, 'rules/list', { tenant: t.id });
+  expect(JSON.parse(listed).find((r: { name: string }) => r.name === 'live').shadow).toBe(false);
+
+  // A failure mode picked and then cancelled goes back to what it was.
+  await row('quiet').getByTestId('failure-mode').selectOption('local');
+  await expect(row('quiet').getByTestId('failure-question')).toContainText('limit locally instead of fail closed: answer 503?');
+  await row('quiet').getByRole('button', { name: 'Cancel' }).click();
+  await expect(row('quiet').getByTestId('failure-question')).toHaveCount(0);
+  await expect(row('quiet').getByTestId('failure-mode')).toHaveValue('closed');
 });
 
 test('a route written any way is saved in its normal form, a second rule on it asks first, and the page says which rules apply', async ({

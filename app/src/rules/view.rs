@@ -323,6 +323,8 @@ pub fn RulesPage() -> impl IntoView {
     let form = RuleForm::new();
     // The per-subject rule whose overrides are open below the list.
     let chosen = RwSignal::new(None::<RuleInfo>);
+    // The list's last change, to say it was saved and to undo it.
+    let last = RwSignal::new(None::<LastChange>);
 
     view! {
         <TenantTabs tenant=tenant current="rules"/>
@@ -339,11 +341,11 @@ pub fn RulesPage() -> impl IntoView {
                         <table class="grid" data-testid="rules-table">
                             <thead><tr>
                                 <th scope="col">"Name"</th><th scope="col">"Applies to"</th><th scope="col">"Limit"</th>
-                                <th scope="col">"Shadow"</th><th scope="col">"If the limiter is down"</th><th scope="col">"Actions"</th>
+                                <th scope="col">"State"</th><th scope="col">"If the limiter is down"</th><th scope="col">"Actions"</th>
                             </tr></thead>
                             <tbody>
                                 {list.into_iter().map(|rule| view! {
-                                    <RuleRow rule=rule tenant=tenant save=toggle delete=delete form=form chosen=chosen/>
+                                    <RuleRow rule=rule tenant=tenant save=toggle delete=delete form=form chosen=chosen last=last/>
                                 }).collect_view()}
                             </tbody>
                         </table>
@@ -352,6 +354,36 @@ pub fn RulesPage() -> impl IntoView {
             </Transition>
             {move || delete.value().get().and_then(Result::err).map(|e| view! { <ErrorNote error=e/> })}
             {move || toggle.value().get().and_then(Result::err).map(|e| view! { <ErrorNote error=e/> })}
+            {move || {
+                let saved = matches!(toggle.value().get(), Some(Ok(_))) && !toggle.pending().get();
+                last.get().filter(|_| saved).map(|change| {
+                    let undo = change.clone();
+                    let undone = change.undone;
+                    view! {
+                        <p class="ok" role="status" data-testid="change-saved">
+                            {if undone {
+                                format!("Undone: rule {} is back as it was.", change.name)
+                            } else {
+                                format!("Saved: rule {} {}.", change.name, change.said)
+                            }}
+                            " "
+                            <Show when=move || !undone>
+                                <button type="button" class="secondary" data-testid="undo-change" on:click={
+                                    let undo = undo.clone();
+                                    move |_| {
+                                        last.set(Some(LastChange { undone: true, ..undo.clone() }));
+                                        toggle.dispatch(SaveRule {
+                                            tenant: tenant.get_untracked(),
+                                            id: Some(undo.id.clone()),
+                                            body: undo.before.clone(),
+                                        });
+                                    }
+                                }>"Undo"</button>
+                            </Show>
+                        </p>
+                    }
+                })
+            }}
             {view! { <WhichRules tenant=tenant/> }.into_any()}
         </section>
         {move || chosen.get().map(|rule| view! { <Overrides tenant=tenant rule=rule chosen=chosen/> })}
@@ -498,6 +530,7 @@ fn RuleRow(
     delete: ServerAction<DeleteRule>,
     form: RuleForm,
     chosen: RwSignal<Option<RuleInfo>>,
+    last: RwSignal<Option<LastChange>>,
 ) -> impl IntoView {
     let b = rule.body.clone();
     let overrides = (b.scope == Scope::Subject).then(|| {
@@ -522,11 +555,19 @@ fn RuleRow(
         .filter(|_| b.algorithm.has_burst())
         .map(|x| format!(", burst {x}"))
         .unwrap_or_default();
+    // Every change from the list is confirmed first, said when saved, and can be undone once.
     let save_with = {
         let rule = rule.clone();
-        move |change: &dyn Fn(&mut RuleBody)| {
+        move |said: String, change: &dyn Fn(&mut RuleBody)| {
             let mut body = rule.body.clone();
             change(&mut body);
+            last.set(Some(LastChange {
+                id: rule.id.clone(),
+                name: rule.body.name.clone(),
+                before: rule.body.clone(),
+                said,
+                undone: false,
+            }));
             save.dispatch(SaveRule {
                 tenant: tenant.get_untracked(),
                 id: Some(rule.id.clone()),
@@ -534,19 +575,30 @@ fn RuleRow(
             });
         }
     };
-    let toggle_shadow = {
+    let toggle_shadow = Callback::new({
         let save_with = save_with.clone();
-        move |_| save_with(&|b: &mut RuleBody| b.shadow = !b.shadow)
-    };
-    let toggle_failure = move |_| {
-        save_with(&|b: &mut RuleBody| {
-            b.failure_mode = match b.failure_mode {
-                FailureMode::Closed => FailureMode::Open,
-                FailureMode::Open => FailureMode::Local,
-                FailureMode::Local => FailureMode::Closed,
-            }
-        })
-    };
+        let to_shadow = !b.shadow;
+        move |()| {
+            let said = if to_shadow {
+                "is now shadow: counted, never denied"
+            } else {
+                "is now enforced"
+            };
+            save_with(said.to_owned(), &|b: &mut RuleBody| b.shadow = to_shadow);
+        }
+    });
+    // A failure mode picked in the select, waiting for its confirmation.
+    let picked = RwSignal::new(None::<FailureMode>);
+    let current_mode = b.failure_mode;
+    let confirm_mode = Callback::new(move |()| {
+        if let Some(mode) = picked.get_untracked() {
+            picked.set(None);
+            save_with(
+                format!("now {} when the limiter is down", failure_words(mode)),
+                &|b: &mut RuleBody| b.failure_mode = mode,
+            );
+        }
+    });
     let delete_it = Callback::new({
         let id = rule.id.clone();
         move |()| {
@@ -561,22 +613,60 @@ fn RuleRow(
         move |_| form.load(&rule)
     };
     let name = b.name.clone();
+    let (state, state_class) = match (b.enabled, b.shadow) {
+        (false, _) => ("disabled", "badge muted"),
+        (true, true) => ("shadow", "badge warn"),
+        (true, false) => ("enforced", "badge"),
+    };
+    let shadow_switch = b.enabled.then(|| {
+        let (label, question) = if b.shadow {
+            (
+                "Enforce",
+                format!("Enforce rule {name}? Checks over its limit will be denied (429)."),
+            )
+        } else {
+            (
+                "Make shadow",
+                format!("Make rule {name} a shadow rule? Its checks are counted as would-deny but never denied."),
+            )
+        };
+        view! { <ConfirmButton label=label.into() question=question on_confirm=toggle_shadow testid="toggle-shadow"/> }
+    });
+    let mode_id = format!("failure-{}", rule.id);
     view! {
         <tr data-testid="rule-row" data-name=name.clone()>
-            <td><strong>{name.clone()}</strong>{(!b.enabled).then_some(view! { " " <span class="badge bad">"disabled"</span> })}</td>
+            <td><strong>{name.clone()}</strong></td>
             <td><code>{applies}</code>{scope}</td>
             <td>{describe_rate(b.limit, b.period_ms)}{burst}<br/><span class="muted small">{b.algorithm.as_str()}</span></td>
             <td>
-                <label class="switch">
-                    <input type="checkbox" data-testid="toggle-shadow" prop:checked=b.shadow on:change=toggle_shadow/>
-                    {if b.shadow { "shadow" } else { "enforced" }}
-                </label>
+                <span class=state_class data-testid="rule-state">{state}</span>
+                " "
+                {shadow_switch}
             </td>
             <td>
-                <button type="button" class="secondary" data-testid="toggle-failure" on:click=toggle_failure
-                    title="What a check answers when the limiter cannot decide">
-                    {format!("fail {}", b.failure_mode.as_str())}
-                </button>
+                <label class="visually-hidden" for=mode_id.clone()>{format!("If the limiter is down, rule {name}")}</label>
+                <select id=mode_id data-testid="failure-mode"
+                    title="What a check answers when the limiter cannot decide"
+                    prop:value=move || picked.get().unwrap_or(current_mode).as_str()
+                    on:change=move |ev| {
+                        let mode = FailureMode::parse(&event_target_value(&ev)).unwrap_or(current_mode);
+                        picked.set((mode != current_mode).then_some(mode));
+                    }>
+                    {[FailureMode::Closed, FailureMode::Open, FailureMode::Local].into_iter().map(|m| view! {
+                        <option value=m.as_str()>{failure_words(m)}</option>
+                    }).collect_view()}
+                </select>
+                {move || picked.get().map(|mode| view! {
+                    <span class="confirm" role="group" data-testid="failure-question"
+                        on:keydown=move |ev: leptos::ev::KeyboardEvent| if ev.key() == "Escape" { picked.set(None) }>
+                        <span class="question">{format!(
+                            "When the limiter is down, {} instead of {}?",
+                            failure_words(mode), failure_words(current_mode)
+                        )}</span>
+                        <button type="button" data-testid="failure-confirm" on:click=move |_| confirm_mode.run(())>"Yes, change"</button>
+                        <button type="button" class="secondary" on:click=move |_| picked.set(None)>"Cancel"</button>
+                    </span>
+                })}
             </td>
             <td class="links">
                 <button type="button" class="secondary" on:click=edit>"Edit"</button>
@@ -584,6 +674,26 @@ fn RuleRow(
                 <ConfirmButton label="Delete".into() question=format!("Delete rule {name}?") on_confirm=delete_it danger=true testid="delete-rule"/>
             </td>
         </tr>
+    }
+}
+
+/// A change made from the rules list: what it said, and the rule as it was, for Undo.
+#[derive(Debug, Clone)]
+struct LastChange {
+    id: String,
+    name: String,
+    before: RuleBody,
+    said: String,
+    /// Whether this is the undoing of the change.
+    undone: bool,
+}
+
+/// What a failure mode does, in words.
+fn failure_words(mode: FailureMode) -> &'static str {
+    match mode {
+        FailureMode::Closed => "fail closed: answer 503",
+        FailureMode::Open => "fail open: allow",
+        FailureMode::Local => "limit locally",
     }
 }
 
