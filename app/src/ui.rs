@@ -75,6 +75,37 @@ pub fn parse_utc(text: &str) -> Result<i64, String> {
     Ok(((days * 86_400) + i64::from(hour * 3600 + minute * 60 + second)) * 1000)
 }
 
+/// A wait or a duration in the largest units that read well: `now`, `350 ms`, `2.5 s`,
+/// `4 min 10 s`, `2 h 5 min`, `3 d 4 h`.
+pub fn human_ms(ms: u64) -> String {
+    const S: u64 = 1_000;
+    const MIN: u64 = 60 * S;
+    const H: u64 = 60 * MIN;
+    const D: u64 = 24 * H;
+    let two = |big: u64, big_unit: &str, small: u64, small_unit: &str| {
+        if small == 0 {
+            format!("{big} {big_unit}")
+        } else {
+            format!("{big} {big_unit} {small} {small_unit}")
+        }
+    };
+    match ms {
+        0 => "now".to_owned(),
+        1..S => format!("{ms} ms"),
+        S..MIN => {
+            let tenths = (ms + 50) / 100;
+            if tenths.is_multiple_of(10) {
+                format!("{} s", tenths / 10)
+            } else {
+                format!("{}.{} s", tenths / 10, tenths % 10)
+            }
+        }
+        MIN..H => two(ms / MIN, "min", ms % MIN / S, "s"),
+        H..D => two(ms / H, "h", ms % H / MIN, "min"),
+        _ => two(ms / D, "d", ms % D / H, "h"),
+    }
+}
+
 /// An optional time, or a dash.
 pub fn format_maybe(ms: Option<i64>) -> String {
     ms.map_or_else(|| "—".to_owned(), format_utc)
@@ -167,6 +198,26 @@ pub fn ConfirmButton(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_read_in_their_largest_units() {
+        let cases = [
+            (0, "now"),
+            (1, "1 ms"),
+            (999, "999 ms"),
+            (1_000, "1 s"),
+            (2_500, "2.5 s"),
+            (59_949, "59.9 s"),
+            (60_000, "1 min"),
+            (250_000, "4 min 10 s"),
+            (3_600_000, "1 h"),
+            (7_500_000, "2 h 5 min"),
+            (86_400_000 * 3 + 3_600_000 * 4, "3 d 4 h"),
+        ];
+        for (ms, said) in cases {
+            assert_eq!(human_ms(ms), said, "{ms}");
+        }
+    }
 
     #[test]
     fn utc_dates_round_trip() {

@@ -513,6 +513,45 @@ test('changes from the rules list ask first, say what changed and can be undone;
   await expect(row('quiet').getByTestId('failure-mode')).toHaveValue('closed');
 });
 
+test('simulate says whether a subject is needed, gives waits in units, and drops a result once its input changes', async ({
+  page, browserErrors,
+}) => {
+  void browserErrors;
+  await signIn(page, OPERATOR, OPERATOR_PASSWORD);
+  const t = await tenantWithAdmin(page, unique('sim'));
+  await signOut(page);
+  await signIn(page, t.email, ADMIN_PASSWORD);
+  const [made, rule] = await serverFn(page, 'rules/save', {
+    tenant: t.id, id: null,
+    body: { name: 'per-user', match: 'exact', route: 'GET /orders', scope: 'subject', algorithm: 'fixed_window', limit: 1, period_ms: 3_600_000 },
+  });
+  expect(made, rule).toBe(true);
+  await page.goto(`/tenants/${t.id}/simulate`);
+  await waitForHydration(page);
+
+  // Entering the route says whether the subject is needed, and by which rule.
+  await page.getByLabel('Route').fill('get  /orders');
+  await page.getByLabel('Route').press('Tab');
+  await expect(page.getByTestId('subject-hint')).toHaveText('Needed: rule per-user counts each subject apart.');
+  await expect(page.getByLabel('Subject')).toBeFocused();
+  await page.getByLabel('Subject').fill('ann');
+  await page.getByTestId('simulate').click();
+  await expect(page.getByTestId('simulation')).toHaveAttribute('data-allowed', 'true');
+  // An hour's window: "full again" reads in minutes and seconds, not milliseconds.
+  await expect(page.getByTestId('full-again')).toHaveText(/^(now|\d+(\.\d)? s|\d+ min( \d+ s)?|1 h)$/);
+  await expect(page.getByTestId('retry-after')).toHaveText('—');
+
+  // Once the input changes, the old answer is no longer shown as if it were the new one.
+  await page.getByLabel('Subject').fill('bob');
+  await expect(page.getByTestId('simulation')).toHaveCount(0);
+  await expect(page.getByTestId('simulation-stale')).toBeVisible();
+  await page.getByLabel('Route').fill('');
+  await expect(page.getByTestId('simulation')).toHaveCount(0);
+  await page.getByLabel('Route').fill('GET /elsewhere');
+  await page.getByLabel('Route').press('Tab');
+  await expect(page.getByTestId('subject-hint')).toHaveText('Not used: no rule applies to GET /elsewhere.');
+});
+
 test('a route written any way is saved in its normal form, a second rule on it asks first, and the page says which rules apply', async ({
   page, browserErrors, saveScreenshot,
 }) => {

@@ -5,9 +5,9 @@ use leptos::prelude::*;
 
 use super::{ResetBucket, ResetInput, SimulateInput, Simulation};
 use crate::rules::model::Verdict;
-use crate::rules::{check_text, Scope, MAX_COST};
+use crate::rules::{check_text, normal_route, RulesForRoute, Scope, MAX_COST};
 use crate::tenants::view::TenantTabs;
-use crate::ui::{use_tenant, ConfirmButton, ErrorNote};
+use crate::ui::{human_ms, use_tenant, ConfirmButton, ErrorNote};
 
 /// A tenant's dry-run page.
 #[component]
@@ -39,6 +39,41 @@ pub fn SimulatePage() -> impl IntoView {
         problems
     });
     let touched = RwSignal::new(false);
+    // Which rules of the typed route count each subject apart, asked when the route is
+    // entered: the subject field says whether it is needed.
+    let route_rules = ServerAction::<RulesForRoute>::new();
+    let ask_rules = move || {
+        let typed = route.get_untracked();
+        if check_text("route", &typed).is_ok() {
+            route_rules.dispatch(RulesForRoute {
+                tenant: tenant.get_untracked(),
+                route: typed,
+            });
+        }
+    };
+    let subject_hint = move || {
+        let found = route_rules.value().get().and_then(Result::ok)?;
+        if normal_route(&route.get()) != found.route {
+            return None;
+        }
+        let per_subject: Vec<String> = found
+            .rules
+            .iter()
+            .filter(|r| r.body.scope == Scope::Subject)
+            .map(|r| r.body.name.clone())
+            .collect();
+        Some(match per_subject.as_slice() {
+            [] if found.rules.is_empty() => {
+                format!("Not used: no rule applies to {}.", found.route)
+            }
+            [] => "Not used: no rule of this route counts each subject apart.".to_owned(),
+            [one] => format!("Needed: rule {one} counts each subject apart."),
+            many => format!(
+                "Needed: rules {} count each subject apart.",
+                many.join(", ")
+            ),
+        })
+    };
     // The input of the simulation on screen: a reset runs it again, to show the bucket full.
     let shown = RwSignal::new(None::<SimulateInput>);
     let on_submit = move |ev: SubmitEvent| {
@@ -54,6 +89,7 @@ pub fn SimulatePage() -> impl IntoView {
             cost: cost.get_untracked().trim().parse().ok(),
         };
         shown.set(Some(input.clone()));
+        ask_rules();
         run.dispatch(super::Simulate {
             tenant: tenant.get_untracked(),
             input,
@@ -86,10 +122,12 @@ pub fn SimulatePage() -> impl IntoView {
             <form on:submit=on_submit data-testid="simulate-form">
                 <label for="sim-route">"Route"</label>
                 <input id="sim-route" required autocomplete="off" placeholder="POST /payments"
-                    prop:value=route on:input=move |ev| { touched.set(true); route.set(event_target_value(&ev)) }/>
-                <label for="sim-subject">"Subject (optional)"</label>
-                <input id="sim-subject" autocomplete="off" placeholder="user-42"
+                    prop:value=route on:input=move |ev| { touched.set(true); route.set(event_target_value(&ev)) }
+                    on:change=move |_| ask_rules()/>
+                <label for="sim-subject">"Subject"</label>
+                <input id="sim-subject" autocomplete="off" placeholder="user-42" aria-describedby="sim-subject-hint"
                     prop:value=subject on:input=move |ev| subject.set(event_target_value(&ev))/>
+                <span class="muted" id="sim-subject-hint" data-testid="subject-hint">{subject_hint}</span>
                 <label for="sim-cost">"Cost"</label>
                 <input id="sim-cost" inputmode="numeric" prop:value=cost on:input=move |ev| cost.set(event_target_value(&ev))/>
                 <button type="submit" data-testid="simulate" disabled=move || run.pending().get()>"Simulate"</button>
@@ -109,13 +147,22 @@ pub fn SimulatePage() -> impl IntoView {
                 }
                 Err(e) => view! { <ErrorNote error=e/> }.into_any(),
             })}
-            {move || run.value().get().map(|r| match r {
-                Ok(sim) => {
-                    let subject = shown.get_untracked().and_then(|i| i.subject);
-                    view! { <SimulationResult sim=sim subject=subject on_reset=on_reset/> }.into_any()
+            {move || {
+                // A result is shown only while the form still says what was simulated.
+                let asked = shown.get()?;
+                let same = normal_route(&route.get()) == normal_route(&asked.route)
+                    && subject.with(|s| (!s.is_empty()).then(|| s.clone())) == asked.subject
+                    && cost.with(|c| c.trim().parse().ok()) == asked.cost;
+                if !same {
+                    return Some(view! {
+                        <p class="muted" data-testid="simulation-stale">"The input changed since the last simulation: Simulate again to see how it would be decided."</p>
+                    }.into_any());
                 }
-                Err(e) => view! { <ErrorNote error=e/> }.into_any(),
-            })}
+                run.value().get().map(|r| match r {
+                    Ok(sim) => view! { <SimulationResult sim=sim subject=asked.subject.clone() on_reset=on_reset/> }.into_any(),
+                    Err(e) => view! { <ErrorNote error=e/> }.into_any(),
+                })
+            }}
         </section>
     }
 }
@@ -167,8 +214,8 @@ fn SimulationResult(
                                     <td>{r.policy.clone()}{r.shadow.then_some(" (shadow)")}</td>
                                     <td>{verdict}</td>
                                     <td>{format!("{} of {}", r.remaining.max(0.0).floor(), r.limit)}</td>
-                                    <td>{format!("{} ms", r.retry_after_ms)}</td>
-                                    <td>{format!("{} ms", r.reset_after_ms)}</td>
+                                    <td data-testid="retry-after">{if r.retry_after_ms == 0 { "—".to_owned() } else { human_ms(r.retry_after_ms) }}</td>
+                                    <td data-testid="full-again">{human_ms(r.reset_after_ms)}</td>
                                     <td><ConfirmButton label="Reset".into() question=question on_confirm=reset_it danger=true testid="reset-bucket"/></td>
                                 </tr>
                             }
