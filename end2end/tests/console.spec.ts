@@ -552,6 +552,68 @@ test('simulate says whether a subject is needed, gives waits in units, and drops
   await expect(page.getByTestId('subject-hint')).toHaveText('Not used: no rule applies to GET /elsewhere.');
 });
 
+test('the audit log reads as sentences, filters on part of an actor kept in the URL, and pages', async ({
+  page, browserErrors,
+}) => {
+  void browserErrors;
+  await signIn(page, OPERATOR, OPERATOR_PASSWORD);
+  const t = await tenantWithAdmin(page, unique('audit'));
+  await signOut(page);
+  await signIn(page, t.email, ADMIN_PASSWORD);
+  const body = { name: 'orders', match: 'exact', route: 'GET /orders', scope: 'tenant', algorithm: 'gcra', limit: 10, period_ms: 1000 };
+  const [made, saved] = await serverFn(page, 'rules/save', { tenant: t.id, id: null, body });
+  expect(made, saved).toBe(true);
+  const id = JSON.parse(saved).id;
+  const [edited, why] = await serverFn(page, 'rules/save', { tenant: t.id, id, body: { ...body, limit: 20 } });
+  expect(edited, why).toBe(true);
+  const [deleted, said] = await serverFn(page, 'rules/delete', { tenant: t.id, id });
+  expect(deleted, said).toBe(true);
+
+  await page.goto(`/tenants/${t.id}/audit`);
+  await waitForHydration(page);
+  const what = page.getByTestId('audit-what');
+  await expect(what.nth(0)).toContainText('deleted rule orders (exact GET /orders, 20 / 1 s)');
+  await expect(what.nth(1)).toContainText('changed rule orders: limit 10 → 20');
+  await expect(what.nth(2)).toContainText('created rule orders (exact GET /orders, 10 / 1 s)');
+
+  // Part of the actor, in another case; the filter is in the URL and survives a reload.
+  const part = t.email.split('@')[0].toUpperCase();
+  await page.getByLabel('Actor contains').fill(part);
+  await page.getByTestId('apply-filter').click();
+  await expect(page).toHaveURL(new RegExp(`\\?actor=${part}$`));
+  await expect(page.getByTestId('audit-row')).toHaveCount(3);
+  await page.reload();
+  await waitForHydration(page);
+  await expect(page.getByLabel('Actor contains')).toHaveValue(part);
+  await expect(page.getByTestId('audit-row')).toHaveCount(3);
+  await page.getByLabel('Actor contains').fill('nobody-like-this');
+  await page.getByTestId('apply-filter').click();
+  await expect(page.getByTestId('no-events')).toBeVisible();
+
+  // A hundred events to a page; the older ones on the next.
+  for (let limit = 1; limit <= 100; limit++) {
+    const [ok, rule] = await serverFn(page, 'rules/save', { tenant: t.id, id: null, body: { ...body, name: `r${limit}`, route: `GET /r${limit}` } });
+    expect(ok, rule).toBe(true);
+    const [gone, why2] = await serverFn(page, 'rules/delete', { tenant: t.id, id: JSON.parse(rule).id });
+    expect(gone, why2).toBe(true);
+  }
+  await page.goto(`/tenants/${t.id}/audit`);
+  await waitForHydration(page);
+  await expect(page.getByTestId('audit-row')).toHaveCount(100);
+  await expect(page.getByTestId('newest-events')).toHaveCount(0);
+  await page.getByTestId('older-events').click();
+  await expect(page).toHaveURL(/\?before=\d+$/);
+  // Two events per rule r1 to r100, newest first, 100 a page: the second page ends with r1's
+  // creation, and the third holds what came before.
+  await expect(page.getByTestId('audit-row')).toHaveCount(100);
+  await expect(page.getByTestId('audit-what').last()).toContainText('created rule r1 ');
+  await page.getByTestId('older-events').click();
+  await expect(page.getByTestId('audit-what').first()).toContainText('deleted rule orders');
+  await expect(page.getByTestId('older-events')).toHaveCount(0);
+  await page.getByTestId('newest-events').click();
+  await expect(page.getByTestId('audit-what').first()).toContainText('deleted rule r100 ');
+});
+
 test('a route written any way is saved in its normal form, a second rule on it asks first, and the page says which rules apply', async ({
   page, browserErrors, saveScreenshot,
 }) => {

@@ -1,7 +1,10 @@
 //! The audit log: who changed what and when, filterable by actor, action and time. A tenant
 //! admin sees their own tenant's events only; operators also see the whole platform's.
 
+mod describe;
 pub mod view;
+
+pub use describe::describe;
 
 use leptos::prelude::*;
 use leptos::server_fn::codec::Json;
@@ -45,7 +48,7 @@ pub struct AuditEntry {
 /// Which events to list; every field narrows the list, `None` does not filter.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AuditFilter {
-    /// The exact actor, e.g. `user:ops@example.com`.
+    /// Actors containing this text, in any case, e.g. `ops@` or `user:ops@example.com`.
     #[serde(default)]
     pub actor: Option<String>,
     /// The exact action, e.g. `key.revoke`.
@@ -57,7 +60,15 @@ pub struct AuditFilter {
     /// Events at or before this Unix time (ms).
     #[serde(default)]
     pub until_ms: Option<i64>,
+    /// Events older than the event with this id: the next page after a page that ended
+    /// with it.
+    #[serde(default)]
+    pub before_id: Option<i64>,
 }
+
+/// The most events one listing returns; a full page has older events after it (ask with
+/// [`AuditFilter::before_id`] set to its last event's id).
+pub const AUDIT_PAGE: usize = 100;
 
 impl AuditFilter {
     /// Drops empty strings, so a blank form field means "any".
@@ -90,7 +101,7 @@ pub trait AuditPort: Send + Sync + 'static {
 }
 
 /// A tenant's events, or (with `tenant: None`, operators only) the whole platform's; newest
-/// first, at most 500.
+/// first, at most [`AUDIT_PAGE`].
 #[server(prefix = "/api", endpoint = "audit/list", input = Json)]
 pub async fn list_audit(
     tenant: Option<String>,

@@ -3,7 +3,8 @@
 use leptos::ev::SubmitEvent;
 use leptos::prelude::*;
 
-use super::{AuditEntry, AuditFilter, ACTIONS};
+use super::describe::describe;
+use super::{AuditEntry, AuditFilter, ACTIONS, AUDIT_PAGE};
 use crate::tenants::view::TenantTabs;
 use crate::ui::{format_utc, parse_utc, use_tenant, ErrorNote};
 
@@ -27,64 +28,156 @@ pub fn PlatformAuditPage() -> impl IntoView {
     }
 }
 
-#[component]
-fn AuditLog(tenant: Signal<Option<String>>) -> impl IntoView {
-    let applied = RwSignal::new(AuditFilter::default());
-    let events = Resource::new(
-        move || (tenant.get(), applied.get()),
-        |(tenant, filter)| super::list_audit(tenant, filter),
-    );
-    let actor = RwSignal::new(String::new());
-    let action = RwSignal::new(String::new());
-    let since = RwSignal::new(String::new());
-    let until = RwSignal::new(String::new());
-    let (problem, set_problem) = signal(None::<String>);
+/// The filters as the URL keeps them (`?actor=&action=&since=&until=&before=`), so a filtered
+/// view can be linked to and survives a reload; `since` and `until` are the form's UTC text.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct UrlFilter {
+    actor: String,
+    action: String,
+    since: String,
+    until: String,
+    before: Option<i64>,
+}
 
-    let time = |text: String| -> Result<Option<i64>, String> {
-        if text.trim().is_empty() {
-            Ok(None)
-        } else {
-            parse_utc(&text).map(Some)
+impl UrlFilter {
+    fn read(query: &leptos_router::params::ParamsMap) -> Self {
+        let get = |k: &str| query.get(k).unwrap_or_default();
+        Self {
+            actor: get("actor"),
+            action: get("action"),
+            since: get("since"),
+            until: get("until"),
+            before: query.get("before").and_then(|b| b.parse().ok()),
         }
-    };
-    let on_filter = move |ev: SubmitEvent| {
-        ev.prevent_default();
-        let since_ms = time(since.get_untracked());
+    }
+
+    fn query(&self) -> String {
+        let mut parts = Vec::new();
+        for (k, v) in [
+            ("actor", &self.actor),
+            ("action", &self.action),
+            ("since", &self.since),
+            ("until", &self.until),
+        ] {
+            if !v.trim().is_empty() {
+                parts.push(format!("{k}={}", encode(v.trim())));
+            }
+        }
+        if let Some(before) = self.before {
+            parts.push(format!("before={before}"));
+        }
+        if parts.is_empty() {
+            String::new()
+        } else {
+            format!("?{}", parts.join("&"))
+        }
+    }
+
+    /// The filter the server applies, or what is wrong with the times.
+    fn to_filter(&self) -> Result<AuditFilter, String> {
+        let time = |text: &str| -> Result<Option<i64>, String> {
+            if text.trim().is_empty() {
+                Ok(None)
+            } else {
+                parse_utc(text).map(Some)
+            }
+        };
         // A "To" without seconds includes its whole minute.
-        let until_text = until.get_untracked();
-        let whole_minute = if until_text.matches(':').count() == 1 {
+        let whole_minute = if self.until.matches(':').count() == 1 {
             59_999
         } else {
             999
         };
-        let until_ms = time(until_text).map(|u| u.map(|ms| ms + whole_minute));
-        match (since_ms, until_ms) {
-            (Ok(since_ms), Ok(until_ms)) => {
-                set_problem.set(None);
-                applied.set(
-                    AuditFilter {
-                        actor: Some(actor.get_untracked()),
-                        action: Some(action.get_untracked()),
-                        since_ms,
-                        until_ms,
-                    }
-                    .normalized(),
-                );
+        Ok(AuditFilter {
+            actor: Some(self.actor.clone()),
+            action: Some(self.action.clone()),
+            since_ms: time(&self.since)?,
+            until_ms: time(&self.until)?.map(|u| u + whole_minute),
+            before_id: self.before,
+        }
+        .normalized())
+    }
+}
+
+/// Percent-encodes a query value.
+fn encode(value: &str) -> String {
+    let mut out = String::new();
+    for byte in value.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-_.~:@".contains(&byte) {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+#[component]
+fn AuditLog(tenant: Signal<Option<String>>) -> impl IntoView {
+    let query = leptos_router::hooks::use_query_map();
+    let location = leptos_router::hooks::use_location();
+    let navigate = leptos_router::hooks::use_navigate();
+    let url = Memo::new(move |_| query.with(UrlFilter::read));
+    let applied = Memo::new(move |_| url.with(UrlFilter::to_filter));
+    let events = Resource::new(
+        move || (tenant.get(), applied.get()),
+        |(tenant, filter)| async move {
+            match filter {
+                Ok(filter) => super::list_audit(tenant, filter).await,
+                Err(_) => Ok(Vec::new()),
             }
-            (Err(e), _) | (_, Err(e)) => set_problem.set(Some(e)),
+        },
+    );
+    let start = url.get_untracked();
+    let actor = RwSignal::new(start.actor);
+    let action = RwSignal::new(start.action);
+    let since = RwSignal::new(start.since);
+    let until = RwSignal::new(start.until);
+    let go = move |filter: UrlFilter| {
+        navigate(
+            &format!("{}{}", location.pathname.get_untracked(), filter.query()),
+            Default::default(),
+        );
+    };
+    let on_filter = {
+        let go = go.clone();
+        move |ev: SubmitEvent| {
+            ev.prevent_default();
+            go(UrlFilter {
+                actor: actor.get_untracked(),
+                action: action.get_untracked(),
+                since: since.get_untracked(),
+                until: until.get_untracked(),
+                before: None,
+            });
         }
     };
-    let clear = move |_| {
-        actor.set(String::new());
-        action.set(String::new());
-        since.set(String::new());
-        until.set(String::new());
-        set_problem.set(None);
-        applied.set(AuditFilter::default());
+    let clear = {
+        let go = go.clone();
+        move |_| {
+            actor.set(String::new());
+            action.set(String::new());
+            since.set(String::new());
+            until.set(String::new());
+            go(UrlFilter::default());
+        }
     };
-    let filter_by_actor = Callback::new(move |who: String| {
-        actor.set(who.clone());
-        applied.update(|f| f.actor = Some(who));
+    let filter_by_actor = Callback::new({
+        let go = go.clone();
+        move |who: String| {
+            actor.set(who.clone());
+            go(UrlFilter {
+                actor: who,
+                before: None,
+                ..url.get_untracked()
+            });
+        }
+    });
+    let page_to = Callback::new(move |before: Option<i64>| {
+        go(UrlFilter {
+            before,
+            ..url.get_untracked()
+        });
     });
 
     view! {
@@ -92,8 +185,8 @@ fn AuditLog(tenant: Signal<Option<String>>) -> impl IntoView {
             <h2 id="audit-filter-title">"Filter"</h2>
             <form class="filters" on:submit=on_filter data-testid="audit-filter">
                 <span>
-                    <label for="audit-actor">"Actor"</label>
-                    <input id="audit-actor" placeholder="user:ops@example.com" autocomplete="off"
+                    <label for="audit-actor">"Actor contains"</label>
+                    <input id="audit-actor" placeholder="ops@example.com" autocomplete="off"
                         prop:value=actor on:input=move |ev| actor.set(event_target_value(&ev))/>
                 </span>
                 <span>
@@ -116,7 +209,7 @@ fn AuditLog(tenant: Signal<Option<String>>) -> impl IntoView {
                     <button type="button" class="secondary" on:click=clear>"Clear"</button>
                 </span>
             </form>
-            {move || problem.get().map(|p| view! { <p class="error" role="alert">{p}</p> })}
+            {move || applied.get().err().map(|p| view! { <p class="error" role="alert">{p}</p> })}
         </section>
         <section class="card" aria-labelledby="audit-title">
             <h2 id="audit-title">"Events"</h2>
@@ -124,17 +217,31 @@ fn AuditLog(tenant: Signal<Option<String>>) -> impl IntoView {
                 {move || events.get().map(|reading| match reading {
                     Err(e) => view! { <ErrorNote error=e/> }.into_any(),
                     Ok(list) if list.is_empty() => view! { <p class="muted" data-testid="no-events">"No events match."</p> }.into_any(),
-                    Ok(list) => view! {
-                        <table class="grid" data-testid="audit-table">
-                            <thead><tr>
-                                <th scope="col">"When (UTC)"</th><th scope="col">"Who"</th><th scope="col">"Action"</th>
-                                <th scope="col">"Target"</th><th scope="col">"Details"</th>
-                            </tr></thead>
-                            <tbody>
-                                {list.into_iter().map(|e| view! { <AuditRow event=e on_actor=filter_by_actor/> }).collect_view()}
-                            </tbody>
-                        </table>
-                    }.into_any(),
+                    Ok(list) => {
+                        let older = (list.len() >= AUDIT_PAGE).then(|| list.last().map(|e| e.id)).flatten();
+                        let paged = url.with_untracked(|u| u.before.is_some());
+                        view! {
+                            <table class="grid" data-testid="audit-table">
+                                <thead><tr>
+                                    <th scope="col">"When (UTC)"</th><th scope="col">"Who"</th><th scope="col">"What"</th>
+                                    <th scope="col">"Details"</th>
+                                </tr></thead>
+                                <tbody>
+                                    {list.into_iter().map(|e| view! { <AuditRow event=e on_actor=filter_by_actor/> }).collect_view()}
+                                </tbody>
+                            </table>
+                            <p class="actions">
+                                {paged.then(|| view! {
+                                    <button type="button" class="secondary" data-testid="newest-events"
+                                        on:click=move |_| page_to.run(None)>"Newest events"</button>
+                                })}
+                                {older.map(|id| view! {
+                                    <button type="button" class="secondary" data-testid="older-events"
+                                        on:click=move |_| page_to.run(Some(id))>{format!("Older events (the next {AUDIT_PAGE})")}</button>
+                                })}
+                            </p>
+                        }.into_any()
+                    }
                 })}
             </Transition>
         </section>
@@ -144,16 +251,23 @@ fn AuditLog(tenant: Signal<Option<String>>) -> impl IntoView {
 #[component]
 fn AuditRow(event: AuditEntry, on_actor: Callback<String>) -> impl IntoView {
     let actor = event.actor.clone();
+    let said = describe(&event);
     view! {
-        <tr data-testid="audit-row" data-action=event.action.clone() data-actor=event.actor.clone()>
+        <tr data-testid="audit-row" data-action=event.action.clone() data-actor=event.actor.clone() data-id=event.id>
             <td data-testid="audit-at" data-ms=event.at>{format_utc(event.at)}</td>
             <td>
                 <button type="button" class="link" title="Show only this actor's events"
                     on:click=move |_| on_actor.run(actor.clone())>{event.actor.clone()}</button>
             </td>
-            <td><code>{event.action.clone()}</code></td>
-            <td><code class="small">{event.target.clone().unwrap_or_default()}</code></td>
-            <td><code class="small detail">{event.detail.clone()}</code></td>
+            <td data-testid="audit-what" title=event.target.clone().unwrap_or_default()>
+                {said}<br/><code class="muted small">{event.action.clone()}</code>
+            </td>
+            <td>
+                <details>
+                    <summary>"Recorded"</summary>
+                    <code class="small detail">{event.detail.clone()}</code>
+                </details>
+            </td>
         </tr>
     }
 }

@@ -1,13 +1,10 @@
 //! The audit log: a tenant's events (its admins and operators), or the whole platform's
 //! (operators only).
 
-use app::audit::{AuditEntry, AuditFilter};
+use app::audit::{AuditEntry, AuditFilter, AUDIT_PAGE};
 
 use super::{dto, invalid, Actor, AdminService, ServiceError};
 use crate::store;
-
-/// The most audit events one listing returns.
-pub const AUDIT_PAGE: i64 = 500;
 
 impl AdminService {
     /// A tenant's events, or (`None`, operators only) the whole platform's; newest first.
@@ -28,7 +25,7 @@ impl AdminService {
                 return Err(invalid("since", "the start of the range is after its end"));
             }
         }
-        let events = store::audit::list(&self.db, tenant_id, filter, AUDIT_PAGE).await?;
+        let events = store::audit::list(&self.db, tenant_id, filter, AUDIT_PAGE as i64).await?;
         Ok(events.into_iter().map(dto::audit).collect())
     }
 }

@@ -4,7 +4,7 @@
 //! inside the transaction that writes the rule, after locking the tenant's row, so concurrent
 //! creates cannot pass it together.
 
-use app::rules::{normal_route, MatchKind, RuleBody, RuleInfo, Scope};
+use app::rules::{changes, normal_route, MatchKind, RuleBody, RuleInfo, Scope};
 use app::simulate::{ResetInput, ResetOutcome};
 use serde_json::json;
 
@@ -158,6 +158,9 @@ impl AdminService {
         let body = &body.clone().normalized();
         let mut tx = self.begin_rule_change(tenant_id, body).await?;
         Self::check_rule(&mut tx, tenant_id, body, Some(id)).await?;
+        let before = store::rules::get(&mut tx, tenant_id, id)
+            .await?
+            .ok_or(ServiceError::NotFound("rule"))?;
         let rule = store::rules::update(&mut tx, tenant_id, id, body)
             .await?
             .ok_or(ServiceError::NotFound("rule"))?;
@@ -168,7 +171,8 @@ impl AdminService {
                 tenant: Some(tenant_id),
                 action: "rule.update",
                 target: Some(id),
-                detail: json!(body),
+                // The rule as it now is, and what changed (the audit log shows the changes).
+                detail: json!({ "rule": body, "changes": changes(&before.body, body) }),
             },
             [Change::Tenant {
                 id: tenant_id.to_owned(),
@@ -186,6 +190,9 @@ impl AdminService {
     ) -> Result<(), ServiceError> {
         self.authorize(actor, tenant_id).await?;
         let mut tx = self.db.begin().await?;
+        let deleted = store::rules::get(&mut tx, tenant_id, id)
+            .await?
+            .ok_or(ServiceError::NotFound("rule"))?;
         if !store::rules::delete(&mut tx, tenant_id, id).await? {
             return Err(ServiceError::NotFound("rule"));
         }
@@ -196,7 +203,8 @@ impl AdminService {
                 tenant: Some(tenant_id),
                 action: "rule.delete",
                 target: Some(id),
-                detail: json!({}),
+                // What was deleted, so that the audit log can say (and it can be made again).
+                detail: json!({ "rule": deleted.body }),
             },
             [Change::Tenant {
                 id: tenant_id.to_owned(),

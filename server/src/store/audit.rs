@@ -38,7 +38,8 @@ pub async fn record(
 }
 
 /// The newest events first, of one tenant or (`None`) of the whole platform, narrowed by
-/// `filter` (exact actor, exact action, a time range); at most `limit`.
+/// `filter` (actors containing a text in any case, an exact action, a time range, events
+/// before an id); at most `limit`.
 pub async fn list(
     db: &Db,
     tenant_id: Option<&str>,
@@ -56,7 +57,7 @@ pub async fn list(
         conditions.push(format!("tenant_id = {}", next()));
     }
     if filter.actor.is_some() {
-        conditions.push(format!("actor = {}", next()));
+        conditions.push(format!("LOWER(actor) LIKE {} ESCAPE '\\'", next()));
     }
     if filter.action.is_some() {
         conditions.push(format!("action = {}", next()));
@@ -66,6 +67,9 @@ pub async fn list(
     }
     if filter.until_ms.is_some() {
         conditions.push(format!("at <= {}", next()));
+    }
+    if filter.before_id.is_some() {
+        conditions.push(format!("id < {}", next()));
     }
     let limit_param = next();
     let where_clause = if conditions.is_empty() {
@@ -83,7 +87,7 @@ pub async fn list(
             query = query.bind(t);
         }
         if let Some(actor) = &filter.actor {
-            query = query.bind(actor);
+            query = query.bind(contains_pattern(actor));
         }
         if let Some(action) = &filter.action {
             query = query.bind(action);
@@ -94,7 +98,25 @@ pub async fn list(
         if let Some(until) = filter.until_ms {
             query = query.bind(until);
         }
+        if let Some(before) = filter.before_id {
+            query = query.bind(before);
+        }
         query.bind(limit).fetch_all(pool).await?
     });
     Ok(events)
+}
+
+/// A `LIKE` pattern (escape character `\`) matching text that contains `text`, lower-cased (matched
+/// against `LOWER(column)`, so in any case on both databases).
+fn contains_pattern(text: &str) -> String {
+    let mut pattern = String::with_capacity(text.len() + 2);
+    pattern.push('%');
+    for c in text.to_lowercase().chars() {
+        if matches!(c, '%' | '_' | '\\') {
+            pattern.push('\\');
+        }
+        pattern.push(c);
+    }
+    pattern.push('%');
+    pattern
 }

@@ -65,10 +65,11 @@ fn id_param(what: &str) -> Value {
 /// The audit log's query-string filters.
 fn audit_filters() -> Value {
     json!([
-        { "name": "actor", "in": "query", "schema": { "type": "string" }, "description": "Exactly this actor, e.g. user:ops@example.com." },
+        { "name": "actor", "in": "query", "schema": { "type": "string" }, "description": "Actors containing this text, in any case, e.g. ops@ or user:ops@example.com." },
         { "name": "action", "in": "query", "schema": { "type": "string" }, "description": "Exactly this action, e.g. key.revoke." },
         { "name": "since_ms", "in": "query", "schema": { "type": "integer" }, "description": "Events at or after this Unix time in ms." },
-        { "name": "until_ms", "in": "query", "schema": { "type": "integer" }, "description": "Events at or before this Unix time in ms." }
+        { "name": "until_ms", "in": "query", "schema": { "type": "integer" }, "description": "Events at or before this Unix time in ms." },
+        { "name": "before_id", "in": "query", "schema": { "type": "integer" }, "description": "Events older than the event with this id: the next page after a full page (100 events) that ended with it." }
     ])
 }
 
@@ -260,7 +261,7 @@ pub fn document() -> Value {
                 "parameters": [tenant_param()],
                 "get": {
                     "operationId": "tenantAudit", "tags": ["audit"],
-                    "summary": "The tenant's audit events, newest first (at most 500).",
+                    "summary": "The tenant's audit events, newest first (at most 100; before_id pages on).",
                     "parameters": audit_filters(),
                     "responses": admin_errors(json!({ "200": ok("The events.", list_of("AuditEvent")), "400": problem("A malformed filter.") }), false)
                 }
@@ -268,7 +269,7 @@ pub fn document() -> Value {
             "/v1/admin/audit": {
                 "get": {
                     "operationId": "platformAudit", "tags": ["audit"],
-                    "summary": "Every audit event, newest first (operators; at most 500).",
+                    "summary": "Every audit event, newest first (operators; at most 100; before_id pages on).",
                     "parameters": audit_filters(),
                     "responses": admin_errors(json!({ "200": ok("The events.", list_of("AuditEvent")), "400": problem("A malformed filter.") }), false)
                 }

@@ -546,3 +546,46 @@ async fn a_rule_saved_before_routes_had_a_normal_form_does_not_stop_its_tenants_
     let (status, _) = import_json(&app, &t, "", &file).await;
     assert_eq!(status, 400);
 }
+
+/// An edit is audited with what it changed, and a deletion with the rule it deleted, so that
+/// the audit log can say both (and a deleted rule can be made again from it).
+#[tokio::test]
+async fn rule_edits_are_audited_with_their_changes_and_deletions_with_the_rule() {
+    let app = app_on(Backend::InProcess).await.app;
+    let op = app.operator_key().await;
+    let t = setup_tenant(&app, &op, &[search()]).await;
+    let id = rule_id(&app, &t, "b-search").await;
+    let path = format!("/v1/admin/tenants/{}/rules/{id}", t.id);
+    let mut edited = search();
+    edited["limit"] = json!(12);
+    let (status, _, body) = app
+        .call("PUT", &path, Some(&t.admin_key), Some(&edited))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, _, _) = app.call("DELETE", &path, Some(&t.admin_key), None).await;
+    assert_eq!(status, 204);
+    let detail = |action: &'static str| {
+        let app = &app;
+        let t = &t;
+        async move {
+            let (_, _, events) = app
+                .call(
+                    "GET",
+                    &format!("/v1/admin/tenants/{}/audit?action={action}", t.id),
+                    Some(&t.admin_key),
+                    None,
+                )
+                .await;
+            serde_json::from_str::<Value>(events[0]["detail"].as_str().unwrap()).unwrap()
+        }
+    };
+    let update = detail("rule.update").await;
+    assert_eq!(
+        update["changes"],
+        json!([{ "field": "limit", "before": "10", "after": "12" }])
+    );
+    assert_eq!(update["rule"]["limit"], 12);
+    let delete = detail("rule.delete").await;
+    assert_eq!(delete["rule"]["name"], "b-search");
+    assert_eq!(delete["rule"]["route"], "GET /search");
+}

@@ -499,7 +499,8 @@ async fn audit_events_list_newest_first_per_tenant(db: &Db) {
     assert_eq!(audit::list(db, None, &any, 10).await.unwrap().len(), 3);
     assert_eq!(audit::list(db, None, &any, 1).await.unwrap().len(), 1);
 
-    // Filters: exact actor, exact action, and an inclusive time range, combined.
+    // Filters: actors containing a text in any case, exact action, an inclusive time range
+    // and the page before an id, combined.
     let count = |filter: AuditFilter, tenant: Option<String>| async move {
         audit::list(db, tenant.as_deref(), &filter, 10)
             .await
@@ -514,9 +515,30 @@ async fn audit_events_list_newest_first_per_tenant(db: &Db) {
     assert_eq!(count(by("cli"), Some(a.id.clone())).await, 0);
     assert_eq!(count(by("key:sl_adm_x"), None).await, 2);
     assert_eq!(
-        count(by("key:sl_adm"), None).await,
+        count(by("KEY:SL_ADM"), None).await,
+        2,
+        "contains, in any case"
+    );
+    assert_eq!(count(by("adm_x"), None).await, 2);
+    assert_eq!(
+        count(by("key:sl%"), None).await,
         0,
-        "actors match exactly"
+        "% is text, not a wildcard"
+    );
+    assert_eq!(
+        count(by("key_sl"), None).await,
+        0,
+        "_ is text, not a wildcard"
+    );
+    let older = AuditFilter {
+        before_id: Some(events[0].id),
+        ..AuditFilter::default()
+    };
+    let page = audit::list(db, Some(&a.id), &older, 10).await.unwrap();
+    assert_eq!(
+        page.iter().map(|e| e.id).collect::<Vec<_>>(),
+        [events[1].id],
+        "the page after the newest event"
     );
     let action = AuditFilter {
         action: Some("rule.update".into()),
