@@ -20,6 +20,7 @@
 //!   Redis code;
 //! - [`text`]: what a name people read may not contain;
 //! - [`ui`]: dates, error notes, the inline confirmation;
+//! - [`gate`]: who may see a page (sign-in and back, operators only, a tenant's own pages);
 //! - [`shell`] and [`App`]: the HTML document and the router.
 
 pub mod audit;
@@ -28,6 +29,7 @@ pub mod auth;
 pub mod context;
 pub mod dashboard;
 pub mod error;
+pub mod gate;
 pub mod keys;
 #[cfg(feature = "ssr")]
 pub mod ports;

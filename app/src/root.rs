@@ -8,6 +8,7 @@ use leptos_router::{path, SsrMode};
 use crate::audit::view::{PlatformAuditPage, TenantAuditPage};
 use crate::auth::{current_user, AccountPage, Role, SignInPage, SignedInUser, UserResource};
 use crate::dashboard::view::{FleetDashboardPage, TenantDashboardPage};
+use crate::gate::{Gate, Need};
 use crate::keys::view::KeysPage;
 use crate::rules::file_page::RulesFilePage;
 use crate::rules::view::RulesPage;
@@ -68,15 +69,17 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/account") view=AccountPage/>
                     // The management pages wait for their data on the server and arrive as one
                     // complete document, readable before (and without) any script.
-                    <Route path=path!("/tenants") view=TenantsPage ssr=SsrMode::Async/>
-                    <Route path=path!("/audit") view=PlatformAuditPage ssr=SsrMode::Async/>
-                    <Route path=path!("/dashboard") view=FleetDashboardPage ssr=SsrMode::Async/>
-                    <Route path=path!("/tenants/:tenant/dashboard") view=TenantDashboardPage ssr=SsrMode::Async/>
-                    <Route path=path!("/tenants/:tenant/rules") view=RulesPage ssr=SsrMode::Async/>
-                    <Route path=path!("/tenants/:tenant/rules/file") view=RulesFilePage ssr=SsrMode::Async/>
-                    <Route path=path!("/tenants/:tenant/keys") view=KeysPage ssr=SsrMode::Async/>
-                    <Route path=path!("/tenants/:tenant/audit") view=TenantAuditPage ssr=SsrMode::Async/>
-                    <Route path=path!("/tenants/:tenant/simulate") view=SimulatePage ssr=SsrMode::Async/>
+                    // Each is behind its `Gate`: sign-in first, operators' pages for operators,
+                    // a tenant's pages for those who may see that tenant.
+                    <Route path=path!("/tenants") view=|| view! { <Gate need=Need::Operator><TenantsPage/></Gate> } ssr=SsrMode::Async/>
+                    <Route path=path!("/audit") view=|| view! { <Gate need=Need::Operator><PlatformAuditPage/></Gate> } ssr=SsrMode::Async/>
+                    <Route path=path!("/dashboard") view=|| view! { <Gate need=Need::Operator><FleetDashboardPage/></Gate> } ssr=SsrMode::Async/>
+                    <Route path=path!("/tenants/:tenant/dashboard") view=|| view! { <Gate need=Need::Tenant><TenantDashboardPage/></Gate> } ssr=SsrMode::Async/>
+                    <Route path=path!("/tenants/:tenant/rules") view=|| view! { <Gate need=Need::Tenant><RulesPage/></Gate> } ssr=SsrMode::Async/>
+                    <Route path=path!("/tenants/:tenant/rules/file") view=|| view! { <Gate need=Need::Tenant><RulesFilePage/></Gate> } ssr=SsrMode::Async/>
+                    <Route path=path!("/tenants/:tenant/keys") view=|| view! { <Gate need=Need::Tenant><KeysPage/></Gate> } ssr=SsrMode::Async/>
+                    <Route path=path!("/tenants/:tenant/audit") view=|| view! { <Gate need=Need::Tenant><TenantAuditPage/></Gate> } ssr=SsrMode::Async/>
+                    <Route path=path!("/tenants/:tenant/simulate") view=|| view! { <Gate need=Need::Tenant><SimulatePage/></Gate> } ssr=SsrMode::Async/>
                 </Routes>
             </main>
         </Router>

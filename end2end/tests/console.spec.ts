@@ -303,8 +303,14 @@ test('tenant isolation: a tenant admin sees and changes nothing of another tenan
   await signIn(page, a.email, ADMIN_PASSWORD);
   // Through the UI: every page of B's says "not found" and shows nothing of B's.
   for (const tab of ['rules', 'keys', 'audit']) {
-    await page.goto(`/tenants/${b.id}/${tab}`);
-    await expect(page.getByTestId('error').first()).toContainText('not found');
+    // A real "not found", without the page's forms.
+    const response = await page.goto(`/tenants/${b.id}/${tab}`);
+    expect(response!.status()).toBe(404);
+    // The browser logs the 404 it was answered; that one is expected, and only that one.
+    const logged = browserErrors.splice(0);
+    expect(logged.every((e) => e.includes('status of 404')), logged.join('\n')).toBe(true);
+    await expect(page.getByTestId('not-found')).toContainText('There is no such tenant, or it is not yours.');
+    await expect(page.locator('form')).toHaveCount(0);
     await expect(page.locator('body')).not.toContainText('beta-secret-rule');
     await expect(page.locator('body')).not.toContainText('beta-service');
   }
@@ -612,6 +618,43 @@ test('the audit log reads as sentences, filters on part of an actor kept in the 
   await expect(page.getByTestId('older-events')).toHaveCount(0);
   await page.getByTestId('newest-events').click();
   await expect(page.getByTestId('audit-what').first()).toContainText('deleted rule r100 ');
+});
+
+test('pages a user may not use say so with their status, and an ended session signs in and comes back', async ({
+  page, saveScreenshot,
+}) => {
+  await signIn(page, OPERATOR, OPERATOR_PASSWORD);
+  const t = await tenantWithAdmin(page, unique('gate'));
+  // An operator opening a tenant that does not exist: 404 and no forms.
+  const missing = await page.goto('/tenants/no-such-tenant/rules');
+  expect(missing!.status()).toBe(404);
+  await expect(page.getByTestId('not-found')).toBeVisible();
+  await expect(page.locator('main form')).toHaveCount(0);
+  await signOut(page);
+
+  // A tenant admin on the operators' pages: 403, said plainly, no create forms.
+  await signIn(page, t.email, ADMIN_PASSWORD);
+  for (const path of ['/tenants', '/audit', '/dashboard']) {
+    const response = await page.goto(path);
+    expect(response!.status(), path).toBe(403);
+    await expect(page.getByTestId('forbidden')).toContainText('This page is for operators');
+    await expect(page.locator('main form')).toHaveCount(0);
+  }
+  await saveScreenshot('forbidden');
+  // The header matches the session on a page that does not exist.
+  await page.goto('/no-such-page');
+  await expect(page.getByTestId('nav-account')).toHaveText(t.email);
+
+  // The session ends (here: its cookie is dropped); the next page asks to sign in, then
+  // comes back to where the user was.
+  await page.context().clearCookies();
+  await page.goto(`/tenants/${t.id}/keys?x=1`);
+  await expect(page).toHaveURL(/\/sign-in\?next=/);
+  await waitForHydration(page);
+  await page.getByLabel('Email').fill(t.email);
+  await page.getByLabel('Password').fill(ADMIN_PASSWORD);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await expect(page).toHaveURL(new RegExp(`/tenants/${t.id}/keys\\?x=1$`));
 });
 
 test('a route written any way is saved in its normal form, a second rule on it asks first, and the page says which rules apply', async ({

@@ -119,12 +119,25 @@ pub fn SignInPage() -> impl IntoView {
     let action = ServerAction::<SignIn>::new();
     let navigate = use_navigate();
     let user = use_context::<UserResource>();
+    // Where a page that needed a session sent the user from (a path on this site only).
+    let query = leptos_router::hooks::use_query_map();
+    let next = move || {
+        query.with_untracked(|q| q.get("next")).filter(|n| {
+            n.starts_with('/')
+                && !n.starts_with("//")
+                && !n.starts_with("/\\")
+                && !n.starts_with("/sign-in")
+        })
+    };
     Effect::new(move |_| {
         if let Some(Ok(signed_in)) = action.value().get() {
             if let Some(user) = user {
                 user.0.refetch();
             }
-            navigate(&signed_in.home(), Default::default());
+            navigate(
+                &next().unwrap_or_else(|| signed_in.home()),
+                Default::default(),
+            );
         }
     });
     let error = move || match action.value().get() {

@@ -39,6 +39,9 @@ pub fn router(state: AppState, console_threads: tokio::runtime::Handle) -> Route
         .with_always_save(true);
     let routes = generate_route_list(app::App);
     let console = state.console.clone();
+    // The 404 page is the console too: it needs the same ports (the signed-in user for the
+    // header, above all).
+    let console_404 = state.console.clone();
     let options = state.leptos_options.clone();
     let mut router = Router::new()
         .route("/healthz", get(ops::healthz))
@@ -67,8 +70,11 @@ pub fn router(state: AppState, console_threads: tokio::runtime::Handle) -> Route
             move || app::ports::provide(&console),
             move || app::shell(options.clone()),
         )
-        .fallback(leptos_axum::file_and_error_handler::<AppState, _>(
-            app::shell,
+        .fallback(leptos_axum::file_and_error_handler_with_context::<
+            AppState,
+            _,
+        >(
+            move || app::ports::provide(&console_404), app::shell
         ))
         .layer(sessions)
         .layer(axum::middleware::from_fn(browser::error_status))
