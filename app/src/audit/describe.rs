@@ -4,7 +4,6 @@
 
 use serde_json::Value;
 
-use super::AuditEntry;
 use crate::rules::view::describe_rate;
 
 fn text(v: &Value) -> String {
@@ -45,10 +44,10 @@ fn names(v: &Value) -> String {
         .unwrap_or_default()
 }
 
-/// What the event did, in words.
-pub fn describe(event: &AuditEntry) -> String {
-    let d: Value = serde_json::from_str(&event.detail).unwrap_or(Value::Null);
-    match event.action.as_str() {
+/// What an event of `action` with `detail` (its recorded JSON) did, in words.
+pub fn describe(action: &str, detail: &str) -> String {
+    let d: Value = serde_json::from_str(detail).unwrap_or(Value::Null);
+    match action {
         "tenant.create" => format!("created tenant {}", text(&d["name"])),
         "tenant.suspend" => "suspended the tenant: its keys get 403".to_owned(),
         "tenant.resume" => "resumed the tenant".to_owned(),
@@ -162,18 +161,6 @@ pub fn describe(event: &AuditEntry) -> String {
 mod tests {
     use super::*;
 
-    fn event(action: &str, detail: &str) -> AuditEntry {
-        AuditEntry {
-            id: 1,
-            tenant_id: Some("t".into()),
-            actor: "cli".into(),
-            action: action.into(),
-            target: Some("r1".into()),
-            detail: detail.into(),
-            at: 0,
-        }
-    }
-
     #[test]
     fn events_read_as_sentences_naming_what_changed() {
         let rule = r#"{"name":"checkout","match":"exact","route":"POST /checkout","scope":"tenant","algorithm":"gcra","limit":3,"period_ms":600000}"#;
@@ -206,7 +193,7 @@ mod tests {
             ("something.new", "not json".to_owned(), "something.new"),
         ];
         for (action, detail, said) in cases {
-            assert_eq!(describe(&event(action, &detail)), said, "{action} {detail}");
+            assert_eq!(describe(action, &detail), said, "{action} {detail}");
         }
     }
 }

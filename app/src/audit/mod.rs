@@ -1,10 +1,8 @@
 //! The audit log: who changed what and when, filterable by actor, action and time. A tenant
 //! admin sees their own tenant's events only; operators also see the whole platform's.
 
-mod describe;
+pub mod describe;
 pub mod view;
-
-pub use describe::describe;
 
 use leptos::prelude::*;
 use leptos::server_fn::codec::Json;

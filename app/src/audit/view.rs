@@ -251,7 +251,7 @@ fn AuditLog(tenant: Signal<Option<String>>) -> impl IntoView {
 #[component]
 fn AuditRow(event: AuditEntry, on_actor: Callback<String>) -> impl IntoView {
     let actor = event.actor.clone();
-    let said = describe(&event);
+    let said = describe(&event.action, &event.detail);
     view! {
         <tr data-testid="audit-row" data-action=event.action.clone() data-actor=event.actor.clone() data-id=event.id>
             <td data-testid="audit-at" data-ms=event.at>{format_utc(event.at)}</td>
