@@ -92,7 +92,10 @@ pub fn Gate(need: Need, children: ChildrenFn) -> impl IntoView {
                             <p data-testid="signed-out">"Your session has ended. " <a href=to>"Sign in"</a> " to come back to this page."</p>
                         }.into_any());
                     }
-                    Err(e) => return Some(view! { <crate::ui::ErrorNote error=e/> }.into_any()),
+                    Err(e) => {
+                        answer_status(e.http_status());
+                        return Some(view! { <crate::ui::ErrorNote error=e/> }.into_any());
+                    }
                 };
                 match need {
                     Need::Operator if signed_in.role != Role::Operator => {
@@ -134,7 +137,10 @@ pub fn Gate(need: Need, children: ChildrenFn) -> impl IntoView {
                                 <p data-testid="signed-out">"Your session has ended. " <a href=to>"Sign in"</a> " to come back to this page."</p>
                             }.into_any())
                         }
-                        Err(e) => Some(view! { <crate::ui::ErrorNote error=e/> }.into_any()),
+                        Err(e) => {
+                            answer_status(e.http_status());
+                            Some(view! { <crate::ui::ErrorNote error=e/> }.into_any())
+                        }
                     },
                 }
             }}

@@ -92,7 +92,8 @@ pub fn human_ms(ms: u64) -> String {
     match ms {
         0 => "now".to_owned(),
         1..S => format!("{ms} ms"),
-        S..MIN => {
+        // Rounded to tenths of a second, 59.95 s and up is a minute.
+        S..59_950 => {
             let tenths = (ms + 50) / 100;
             if tenths.is_multiple_of(10) {
                 format!("{} s", tenths / 10)
@@ -100,7 +101,10 @@ pub fn human_ms(ms: u64) -> String {
                 format!("{}.{} s", tenths / 10, tenths % 10)
             }
         }
-        MIN..H => two(ms / MIN, "min", ms % MIN / S, "s"),
+        59_950..H => {
+            let ms = ms.max(MIN);
+            two(ms / MIN, "min", ms % MIN / S, "s")
+        }
         H..D => two(ms / H, "h", ms % H / MIN, "min"),
         _ => two(ms / D, "d", ms % D / H, "h"),
     }
@@ -208,6 +212,8 @@ mod tests {
             (1_000, "1 s"),
             (2_500, "2.5 s"),
             (59_949, "59.9 s"),
+            (59_950, "1 min"),
+            (59_999, "1 min"),
             (60_000, "1 min"),
             (250_000, "4 min 10 s"),
             (3_600_000, "1 h"),

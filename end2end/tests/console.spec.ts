@@ -155,6 +155,8 @@ test('a tenant admin: rule, check key to 429, rotation with grace, revocation, a
   const plain = await noScript.newPage();
   await plain.goto(new URL(`/tenants/${tenantId}/rules`, page.url()).toString());
   await expect(plain.locator('tr[data-name="checkout"]')).toContainText('3 / 10 min');
+  // The failure mode reads right before any script: the rule's own, not the first option.
+  await expect(plain.locator('tr[data-name="checkout"]').getByTestId('failure-mode')).toHaveValue('open');
   await expect(plain.getByTestId('tenant-name')).toContainText(tenantName);
   await noScript.close();
 

@@ -133,6 +133,14 @@ fn AuditLog(tenant: Signal<Option<String>>) -> impl IntoView {
     let action = RwSignal::new(start.action);
     let since = RwSignal::new(start.since);
     let until = RwSignal::new(start.until);
+    // The fields say what the URL filters by, after Back and Forward too.
+    Effect::new(move |_| {
+        let now = url.get();
+        actor.set(now.actor);
+        action.set(now.action);
+        since.set(now.since);
+        until.set(now.until);
+    });
     let go = move |filter: UrlFilter| {
         navigate(
             &format!("{}{}", location.pathname.get_untracked(), filter.query()),
@@ -216,7 +224,14 @@ fn AuditLog(tenant: Signal<Option<String>>) -> impl IntoView {
             <Transition fallback=|| view! { <p class="muted">"Loading the audit log…"</p> }>
                 {move || events.get().map(|reading| match reading {
                     Err(e) => view! { <ErrorNote error=e/> }.into_any(),
-                    Ok(list) if list.is_empty() => view! { <p class="muted" data-testid="no-events">"No events match."</p> }.into_any(),
+                    Ok(list) if list.is_empty() => view! {
+                        <p class="muted" data-testid="no-events">"No events match."</p>
+                        // A page after a full page may be empty: the way back stays.
+                        {url.with_untracked(|u| u.before.is_some()).then(|| view! {
+                            <p class="actions"><button type="button" class="secondary" data-testid="newest-events"
+                                on:click=move |_| page_to.run(None)>"Newest events"</button></p>
+                        })}
+                    }.into_any(),
                     Ok(list) => {
                         let older = (list.len() >= AUDIT_PAGE).then(|| list.last().map(|e| e.id)).flatten();
                         let paged = url.with_untracked(|u| u.before.is_some());

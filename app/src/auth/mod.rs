@@ -113,6 +113,19 @@ pub async fn current_user() -> Result<Option<SignedInUser>, AppError> {
     crate::context::port::<dyn AuthPort>()?.current_user().await
 }
 
+/// Whether `next` (already percent-decoded) is a path on this site to return to after
+/// sign-in: it starts with one `/` and holds no backslash, whitespace or control character
+/// anywhere (a browser drops tabs and newlines from a URL and reads `\` as `/`, so `/<tab>/x`
+/// or `/\x` would leave the site), and it is not the sign-in page itself.
+pub fn is_local_path(next: &str) -> bool {
+    next.starts_with('/')
+        && !next.starts_with("//")
+        && !next.starts_with("/sign-in")
+        && !next
+            .chars()
+            .any(|c| c == '\\' || c.is_whitespace() || c.is_control())
+}
+
 /// The sign-in page.
 #[component]
 pub fn SignInPage() -> impl IntoView {
@@ -122,12 +135,9 @@ pub fn SignInPage() -> impl IntoView {
     // Where a page that needed a session sent the user from (a path on this site only).
     let query = leptos_router::hooks::use_query_map();
     let next = move || {
-        query.with_untracked(|q| q.get("next")).filter(|n| {
-            n.starts_with('/')
-                && !n.starts_with("//")
-                && !n.starts_with("/\\")
-                && !n.starts_with("/sign-in")
-        })
+        query
+            .with_untracked(|q| q.get("next"))
+            .filter(|n| is_local_path(n))
     };
     Effect::new(move |_| {
         if let Some(Ok(signed_in)) = action.value().get() {
@@ -197,5 +207,32 @@ pub fn AccountPage() -> impl IntoView {
                 })}
             </Transition>
         </section>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_local_path;
+
+    #[test]
+    fn sign_in_returns_only_to_a_path_on_this_site() {
+        for ok in ["/tenants/t1/keys", "/tenants/t1/keys?x=1", "/", "/a%2Fb"] {
+            assert!(is_local_path(ok), "{ok}");
+        }
+        for bad in [
+            "//evil.example",
+            "/\\evil.example",
+            "/\t/evil.example",
+            "/\n/evil.example",
+            "/\r/evil.example",
+            "/ /evil.example",
+            "https://evil.example",
+            "evil.example",
+            "/x\\y",
+            "/sign-in?next=/x",
+            "",
+        ] {
+            assert!(!is_local_path(bad), "{bad:?}");
+        }
     }
 }

@@ -325,6 +325,14 @@ pub fn RulesPage() -> impl IntoView {
     let chosen = RwSignal::new(None::<RuleInfo>);
     // The list's last change, to say it was saved and to undo it.
     let last = RwSignal::new(None::<LastChange>);
+    // Undo restores the rule as it was before that change: once the rules change any other
+    // way (the form, a delete, an import), that is no longer the change to undo.
+    Effect::new(move |_| {
+        save.version().track();
+        delete.version().track();
+        import.version().track();
+        last.set(None);
+    });
 
     view! {
         <TenantTabs tenant=tenant current="rules"/>
@@ -587,8 +595,18 @@ fn RuleRow(
             save_with(said.to_owned(), &|b: &mut RuleBody| b.shadow = to_shadow);
         }
     });
-    // A failure mode picked in the select, waiting for its confirmation.
+    // A failure mode picked in the select, waiting for its confirmation, which takes the
+    // focus (Escape there cancels it).
     let picked = RwSignal::new(None::<FailureMode>);
+    let mode_yes = NodeRef::<leptos::html::Button>::new();
+    #[cfg(feature = "hydrate")]
+    Effect::new(move |_| {
+        if picked.get().is_some() {
+            if let Some(button) = mode_yes.get() {
+                let _ = button.focus();
+            }
+        }
+    });
     let current_mode = b.failure_mode;
     let confirm_mode = Callback::new(move |()| {
         if let Some(mode) = picked.get_untracked() {
@@ -652,8 +670,10 @@ fn RuleRow(
                         let mode = FailureMode::parse(&event_target_value(&ev)).unwrap_or(current_mode);
                         picked.set((mode != current_mode).then_some(mode));
                     }>
+                    // `selected` too: the server-rendered page (read before any script) shows
+                    // the rule's own mode.
                     {[FailureMode::Closed, FailureMode::Open, FailureMode::Local].into_iter().map(|m| view! {
-                        <option value=m.as_str()>{failure_words(m)}</option>
+                        <option value=m.as_str() selected=m == current_mode>{failure_words(m)}</option>
                     }).collect_view()}
                 </select>
                 {move || picked.get().map(|mode| view! {
@@ -663,7 +683,7 @@ fn RuleRow(
                             "When the limiter is down, {} instead of {}?",
                             failure_words(mode), failure_words(current_mode)
                         )}</span>
-                        <button type="button" data-testid="failure-confirm" on:click=move |_| confirm_mode.run(())>"Yes, change"</button>
+                        <button type="button" data-testid="failure-confirm" node_ref=mode_yes on:click=move |_| confirm_mode.run(())>"Yes, change"</button>
                         <button type="button" class="secondary" on:click=move |_| picked.set(None)>"Cancel"</button>
                     </span>
                 })}

@@ -150,6 +150,9 @@ pub fn SimulatePage() -> impl IntoView {
             {move || {
                 // A result is shown only while the form still says what was simulated.
                 let asked = shown.get()?;
+                if run.pending().get() {
+                    return Some(view! { <p class="muted">"Simulating…"</p> }.into_any());
+                }
                 let same = normal_route(&route.get()) == normal_route(&asked.route)
                     && subject.with(|s| (!s.is_empty()).then(|| s.clone())) == asked.subject
                     && cost.with(|c| c.trim().parse().ok()) == asked.cost;

@@ -57,7 +57,7 @@ pub async fn list(
         conditions.push(format!("tenant_id = {}", next()));
     }
     if filter.actor.is_some() {
-        conditions.push(format!("LOWER(actor) LIKE {} ESCAPE '\\'", next()));
+        conditions.push(format!("LOWER(actor) LIKE {} ESCAPE '!'", next()));
     }
     if filter.action.is_some() {
         conditions.push(format!("action = {}", next()));
@@ -106,14 +106,15 @@ pub async fn list(
     Ok(events)
 }
 
-/// A `LIKE` pattern (escape character `\`) matching text that contains `text`, lower-cased (matched
-/// against `LOWER(column)`, so in any case on both databases).
+/// A `LIKE` pattern (escape character `!`, the same on both databases whatever their string
+/// settings) matching text that contains `text`, lower-cased in ASCII (matched against
+/// `LOWER(column)`, which SQLite folds in ASCII only: so in any ASCII case on both).
 fn contains_pattern(text: &str) -> String {
     let mut pattern = String::with_capacity(text.len() + 2);
     pattern.push('%');
-    for c in text.to_lowercase().chars() {
-        if matches!(c, '%' | '_' | '\\') {
-            pattern.push('\\');
+    for c in text.to_ascii_lowercase().chars() {
+        if matches!(c, '%' | '_' | '!') {
+            pattern.push('!');
         }
         pattern.push(c);
     }
