@@ -201,7 +201,7 @@ pub fn document() -> Value {
                         "description": "The rules file.",
                         "content": {
                             "application/json": { "schema": schema("RulesFile") },
-                            "application/yaml": { "schema": { "type": "string" } }
+                            "application/yaml": { "schema": schema("RulesFile") }
                         }
                     }, "400": problem("An unknown format.") }), false)
                 }
@@ -521,6 +521,8 @@ fn subject_schemas() -> Value {
 /// The schemas of rules as files (apart from [`schemas`], for the macro recursion limit).
 fn file_schemas() -> Value {
     let problems = json!({ "type": "array", "items": schema("FieldError") });
+    // A plan shows each rule as the file gives it, which may be invalid (its `problems` say how).
+    let given = json!({ "type": "object", "description": "The rule as the file gives it (a RuleBody, which may be invalid: see problems)." });
     json!({
         "RulesFile": {
             "type": "object", "required": ["rules"], "additionalProperties": false,
@@ -535,12 +537,12 @@ fn file_schemas() -> Value {
             "properties": {
                 "create": { "type": "array", "items": {
                     "type": "object", "required": ["rule", "problems"],
-                    "properties": { "rule": schema("RuleBody"), "problems": problems.clone() }
+                    "properties": { "rule": given.clone(), "problems": problems.clone() }
                 } },
                 "update": { "type": "array", "items": {
                     "type": "object", "required": ["id", "rule", "changes", "problems"],
                     "properties": {
-                        "id": { "type": "string" }, "rule": schema("RuleBody"), "problems": problems.clone(),
+                        "id": { "type": "string" }, "rule": given, "problems": problems.clone(),
                         "changes": { "type": "array", "items": {
                             "type": "object", "required": ["field", "before", "after"],
                             "properties": { "field": { "type": "string" }, "before": { "type": "string" }, "after": { "type": "string" } }
