@@ -15,6 +15,7 @@ use crate::rules::view::RulesPage;
 use crate::simulate::view::SimulatePage;
 use crate::status::StatusWidget;
 use crate::tenants::view::TenantsPage;
+use crate::ui::focus_soon;
 
 /// The whole HTML document, rendered on the server for every page.
 pub fn shell(options: LeptosOptions) -> impl IntoView {
@@ -51,18 +52,13 @@ pub fn App() -> impl IntoView {
         <Stylesheet id="leptos" href="/pkg/sluice.css"/>
         <Title text="Sluice"/>
         <Router>
-            <header class="top">
-                <A href="/" attr:class="brand">"Sluice"</A>
-                <nav aria-label="Main">
-                    <Transition fallback=|| ()>
-                        {move || user.0.get().map(|reading| view! { <MainNav user=reading.ok().flatten()/> })}
-                    </Transition>
-                </nav>
-                <span class="hydration" data-testid="hydration" data-hydrated=move || hydrated.get().to_string()>
-                    {move || if hydrated.get() { "live" } else { "loading…" }}
-                </span>
-            </header>
-            <main>
+            // Moves the focus itself: the router would otherwise take the click as a navigation.
+            <a class="skip-link" href="#main" on:click=|ev| {
+                ev.prevent_default();
+                focus_soon("main");
+            }>"Skip to content"</a>
+            <Header hydrated=hydrated user=user/>
+            <main id="main" tabindex="-1">
                 <Routes fallback=|| view! { <NotFound/> }>
                     <Route path=path!("/") view=HomePage/>
                     <Route path=path!("/sign-in") view=SignInPage/>
@@ -83,6 +79,41 @@ pub fn App() -> impl IntoView {
                 </Routes>
             </main>
         </Router>
+    }
+}
+
+/// The header: the brand, the role's links and the account. On a phone, once the page is live,
+/// the links fold into a menu that a button opens; Escape or following a link closes it.
+#[component]
+fn Header(hydrated: ReadSignal<bool>, user: UserResource) -> impl IntoView {
+    let open = RwSignal::new(false);
+    let button = NodeRef::<leptos::html::Button>::new();
+    let on_key = move |ev: leptos::ev::KeyboardEvent| {
+        if ev.key() == "Escape" && open.get_untracked() {
+            open.set(false);
+            if let Some(button) = button.get_untracked() {
+                let _ = button.focus();
+            }
+        }
+    };
+    view! {
+        <header class="top" on:keydown=on_key data-live=move || hydrated.get().to_string()
+            data-menu=move || if open.get() { "open" } else { "closed" }>
+            <A href="/" attr:class="brand">"Sluice"</A>
+            <span class="hydration" data-testid="hydration" data-hydrated=move || hydrated.get().to_string()>
+                // Only while the page is not yet interactive: "live" here once read as if the
+                // dashboards' stream were live, whatever it was doing.
+                {move || (!hydrated.get()).then_some("loading…")}
+            </span>
+            <button type="button" class="menu-button secondary" node_ref=button aria-controls="main-nav"
+                aria-expanded=move || open.get().to_string() on:click=move |_| open.update(|o| *o = !*o)>"Menu"</button>
+            // Following a link closes the menu.
+            <nav id="main-nav" aria-label="Main" on:click=move |_| open.set(false)>
+                <Transition fallback=|| ()>
+                    {move || user.0.get().map(|reading| view! { <MainNav user=reading.ok().flatten()/> })}
+                </Transition>
+            </nav>
+        </header>
     }
 }
 

@@ -129,6 +129,25 @@ pub fn ErrorNote(error: AppError) -> impl IntoView {
     view! { <p class="error" role="alert" data-testid="error">{error.to_string()}{hint}</p> }
 }
 
+/// Moves the focus to the element with this id once the browser has drawn the next frame, so
+/// that an element which is only now appearing (a result, a form) is there to take it. Does
+/// nothing on the server.
+pub fn focus_soon(id: impl Into<String>) {
+    let id: String = id.into();
+    #[cfg(feature = "hydrate")]
+    request_animation_frame(move || {
+        use wasm_bindgen::JsCast;
+        let element = document()
+            .get_element_by_id(&id)
+            .and_then(|e| e.dyn_into::<web_sys::HtmlElement>().ok());
+        if let Some(element) = element {
+            let _ = element.focus();
+        }
+    });
+    #[cfg(not(feature = "hydrate"))]
+    let _ = id;
+}
+
 /// The `:tenant` of the current route.
 pub fn use_tenant() -> Memo<String> {
     let params = leptos_router::hooks::use_params_map();
@@ -149,6 +168,24 @@ pub fn ConfirmButton(
     #[prop(into, optional)] testid: String,
 ) -> impl IntoView {
     let (asking, set_asking) = signal(false);
+    // After a Cancel (or Escape) the focus goes back to the button that asked.
+    let (refocus, set_refocus) = signal(false);
+    let cancel = move || {
+        set_asking.set(false);
+        set_refocus.set(true);
+    };
+    let trigger = NodeRef::<leptos::html::Button>::new();
+    #[cfg(feature = "hydrate")]
+    Effect::new(move |_| {
+        if refocus.get() {
+            if let Some(button) = trigger.get() {
+                let _ = button.focus();
+                set_refocus.set(false);
+            }
+        }
+    });
+    #[cfg(not(feature = "hydrate"))]
+    let _ = refocus;
     let confirm_label = format!("Yes, {}", label.to_lowercase());
     let confirm_id = format!("{testid}-confirm");
     // The question takes the focus, so a keyboard user answers it at once; Escape cancels.
@@ -163,7 +200,7 @@ pub fn ConfirmButton(
     });
     let on_key = move |ev: leptos::ev::KeyboardEvent| {
         if ev.key() == "Escape" {
-            set_asking.set(false);
+            cancel();
         }
     };
     view! {
@@ -173,7 +210,7 @@ pub fn ConfirmButton(
                 let label = label.clone();
                 let testid = testid.clone();
                 move || view! {
-                    <button type="button" class:danger=danger data-testid=testid.clone() on:click=move |_| set_asking.set(true)>
+                    <button type="button" class:danger=danger data-testid=testid.clone() node_ref=trigger on:click=move |_| set_asking.set(true)>
                         {label.clone()}
                     </button>
                 }
@@ -193,7 +230,7 @@ pub fn ConfirmButton(
                 >
                     {confirm_label.clone()}
                 </button>
-                <button type="button" class="secondary" on:click=move |_| set_asking.set(false)>"Cancel"</button>
+                <button type="button" class="secondary" on:click=move |_| cancel()>"Cancel"</button>
             </span>
         </Show>
     }

@@ -1,47 +1,17 @@
 // The admin console end to end, in headless Chromium against the release build: a tenant
 // admin's whole flow, keys that never leave the browser in plaintext, admin keys, tenant
 // isolation (UI and direct server-function calls), and suspension with its audit trail.
-import { createHash, randomBytes } from 'node:crypto';
-import { execFileSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { execFileSync, execSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { test, expect, signIn, waitForHydration } from './fixtures';
+import {
+  test, expect, signIn, signOut, waitForHydration, serverFn, tenantWithAdmin, unique,
+  OPERATOR, OPERATOR_PASSWORD, ADMIN_PASSWORD,
+} from './fixtures';
 import type { APIRequestContext, Page, Request } from '@playwright/test';
 
-const OPERATOR = 'admin@localhost';
-const OPERATOR_PASSWORD = 'e2e operator password';
-const ADMIN_PASSWORD = 'tenant admin password';
-
 const sha256 = (text: string) => createHash('sha256').update(text).digest('hex');
-const unique = (name: string) => `${name}-${randomBytes(3).toString('hex')}`;
-
-async function signOut(page: Page) {
-  await page.goto('/account');
-  await waitForHydration(page);
-  await page.getByTestId('sign-out').click();
-  await expect(page).toHaveURL(/\/sign-in$/);
-}
-
-/** Calls a JSON server function with the page's session, as the page's own script would: from
- * its origin (the server refuses calls whose Origin is another site's). [ok, body]. Some calls
- * here are meant to fail, so they go through the page's request context rather than its
- * fetch, which would log each refusal as a browser error. */
-async function serverFn(page: Page, endpoint: string, args: object): Promise<[boolean, string]> {
-  const origin = new URL(page.url()).origin;
-  const response = await page.request.post(`/api/${endpoint}`, { data: args, headers: { origin } });
-  return [response.ok(), await response.text()];
-}
-
-/** As the signed-in operator: a tenant and its admin, through the server functions. */
-async function tenantWithAdmin(page: Page, name: string): Promise<{ id: string; email: string }> {
-  const [ok, body] = await serverFn(page, 'tenants/create', { name });
-  expect(ok, body).toBe(true);
-  const id = JSON.parse(body).id as string;
-  const email = `${name}@example.com`;
-  const [added, said] = await serverFn(page, 'tenants/add_admin', { tenant: id, email, password: ADMIN_PASSWORD });
-  expect(added, said).toBe(true);
-  return { id, email };
-}
 
 async function check(request: APIRequestContext, key: string, route: string): Promise<number> {
   const response = await request.post('/v1/check', { headers: { 'X-API-Key': key }, data: { route } });
@@ -118,13 +88,24 @@ test('a tenant admin: rule, check key to 429, rotation with grace, revocation, a
   await expect(page.getByTestId('problem-limit')).toHaveText('');
   await page.getByLabel('Per', { exact: true }).fill('10');
   await page.getByLabel('Period unit').selectOption({ label: 'minutes' });
-  // The behaviour preview, computed in the browser: 5/s offered for 600 s (the longest run)
-  // against 3 per 10 minutes admits three (six if a boundary falls on an arrival).
-  await page.getByLabel('Offered requests per second').fill('5');
-  await expect(page.getByTestId('preview-summary')).toContainText('of 3000 admitted');
-  const admitted = Number((await page.getByTestId('preview-summary').textContent())!.match(/(\d+) of 3000/)![1]);
-  expect(admitted).toBeGreaterThanOrEqual(3);
-  expect(admitted).toBeLessThanOrEqual(6);
+  // The algorithm is explained in a line, next to a link to the whole story.
+  await expect(page.getByTestId('algorithm-about')).toContainText('an exact log of admitted requests');
+  const doc = await page.request.get((await page.getByRole('link', { name: 'how each algorithm decides' }).getAttribute('href'))!);
+  expect(doc.status()).toBe(200);
+  expect(await doc.text()).toContain('sliding_log');
+  // The behaviour preview, computed in the browser, offers a slow limit twice its limit in its
+  // own unit (3 per 10 minutes: 0.6 a minute) for three periods.
+  await expect(page.getByTestId('preview-summary')).toContainText('steady traffic at 0.6 requests per minute for 30 min');
+  // 5 a minute against 3 per 10 minutes admits 9 (12 if boundaries fall on arrivals), and the
+  // steady load is drawn flat: every point offers 5 a minute.
+  await page.getByLabel('Offered requests per minute').fill('5');
+  await expect(page.getByTestId('preview-summary')).toContainText('of 150 admitted');
+  const admitted = Number((await page.getByTestId('preview-summary').textContent())!.match(/(\d+) of 150/)![1]);
+  expect(admitted).toBeGreaterThanOrEqual(9);
+  expect(admitted).toBeLessThanOrEqual(12);
+  const drawn = (await page.getByTestId('preview-summary').getAttribute('data-offered-rates'))!.split(' ');
+  expect(drawn.length).toBeGreaterThan(5);
+  expect(new Set(drawn)).toEqual(new Set(['5.000']));
   await expect(page.getByTestId('preview-chart').locator('svg')).toBeVisible();
   await expect(page.getByTestId('preview-chart')).toContainText('admitted');
   await saveScreenshot('rules-form');
@@ -181,7 +162,8 @@ test('a tenant admin: rule, check key to 429, rotation with grace, revocation, a
   // Rotation: the old key keeps working for the 3 s grace period, then stops.
   const oldRow = page.locator(`tr[data-prefix="${checkKey.slice(0, 12)}"]`);
   await oldRow.getByTestId('rotate').click();
-  await oldRow.getByTestId('grace-seconds').fill('3');
+  await oldRow.getByTestId('grace-amount').fill('3');
+  await oldRow.getByTestId('grace-unit').selectOption({ label: 'seconds' });
   const rotation = page.waitForResponse((r) => r.url().endsWith('/api/keys/rotate') && r.ok());
   await oldRow.getByTestId('rotate-confirm').click();
   await rotation;
@@ -895,4 +877,70 @@ test('on a page without clipboard access a new key is selected for copying by ha
   await page.close({ runBeforeUnload: true });
   await expect.poll(() => page.isClosed()).toBe(true);
   expect(askedAgain).toBe(false);
+});
+
+test('keys: an expiry when made, a command ready to paste, grace in hours with the time left, which key replaced which, and a filter', async ({
+  page, browserErrors,
+}) => {
+  await signIn(page, OPERATOR, OPERATOR_PASSWORD);
+  const t = await tenantWithAdmin(page, unique('keys-ux'));
+  await signOut(page);
+  await signIn(page, t.email, ADMIN_PASSWORD);
+  await page.goto(`/tenants/${t.id}/keys`);
+  await waitForHydration(page);
+
+  // A key that expires in 7 days; the example under it works as pasted into a shell.
+  await page.getByLabel('Expires').selectOption({ label: 'in 7 days' });
+  const key = await generateKey(page, 'check', 'billing-service', true);
+  const example = (await page.getByTestId('new-key-example').textContent())!;
+  expect(example).toContain(key);
+  expect(execSync(example, { encoding: 'utf8' })).toMatch(/^HTTP\/1\.1 200/);
+  await page.getByRole('button', { name: 'I have stored it' }).click();
+  const old = page.locator(`tr[data-prefix="${key.slice(0, 12)}"]`);
+  const sevenDays = new Date(Date.now() + 7 * 86_400_000).toISOString().slice(0, 10);
+  await expect(old.locator('td').nth(4)).toContainText(sevenDays);
+
+  // Rotation with a grace period in hours: the old key says how long it has left, in a badge
+  // unlike a live key's, and each row names the other key.
+  await old.getByTestId('rotate').click();
+  await old.getByTestId('grace-amount').fill('2');
+  await old.getByTestId('grace-unit').selectOption({ label: 'hours' });
+  await old.getByTestId('rotate-confirm').click();
+  await expect(page.getByTestId('new-key-value')).toHaveText(/^sl_chk_/);
+  const replacement = (await page.getByTestId('new-key-value').textContent())!;
+  await page.getByRole('button', { name: 'I have stored it' }).click();
+  const fresh = page.locator(`tr[data-prefix="${replacement.slice(0, 12)}"]`);
+  await expect(old.getByTestId('key-state')).toHaveText(/^grace: (1 h 59 min|2 h) left$/);
+  await expect(old.getByTestId('key-state')).toHaveClass(/warn/);
+  await expect(fresh.getByTestId('key-state')).toHaveText('live');
+  await expect(fresh.getByTestId('key-state')).not.toHaveClass(/warn/);
+  await expect(old.getByTestId('replaced-by')).toContainText(replacement.slice(0, 12));
+  await expect(fresh.getByTestId('replaces')).toContainText(key.slice(0, 12));
+
+  // A grace period past the server's 30 days is refused in words before it is sent.
+  await fresh.getByTestId('rotate').click();
+  await fresh.getByTestId('grace-amount').fill('31');
+  await fresh.getByTestId('grace-unit').selectOption({ label: 'days' });
+  await expect(fresh).toContainText('at most 30 days');
+  await expect(fresh.getByTestId('rotate-confirm')).toBeDisabled();
+  await fresh.getByRole('button', { name: 'Cancel' }).click();
+
+  // The filter: part of a name, and working keys only.
+  const other = await generateKey(page, 'check', 'search-service');
+  const otherRow = page.locator(`tr[data-prefix="${other.slice(0, 12)}"]`);
+  await otherRow.getByTestId('revoke').click();
+  await otherRow.getByTestId('revoke-confirm').click();
+  await expect(otherRow).toHaveAttribute('data-state', 'revoked');
+  await expect(page.getByTestId('key-row')).toHaveCount(3);
+  await page.getByTestId('key-filter').fill('BILLING');
+  await expect(page.getByTestId('key-row')).toHaveCount(2);
+  await page.getByTestId('key-filter').fill('search');
+  await expect(page.getByTestId('key-row')).toHaveCount(1);
+  await page.getByTestId('working-only').check();
+  await expect(page.getByTestId('key-row')).toHaveCount(0);
+  await expect(page.getByTestId('keys-none-shown')).toBeVisible();
+  await page.getByTestId('key-filter').fill('');
+  await expect(page.getByTestId('key-row')).toHaveCount(2);
+  await expect(page.getByTestId('keys-none-shown')).toBeHidden();
+  expect(browserErrors).toEqual([]);
 });

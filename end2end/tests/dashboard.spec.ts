@@ -2,14 +2,10 @@
 // a tenant admin's view take a new frame every second over server-sent events, switch ranges,
 // and are saved as screenshots while they update.
 import { createHash, randomBytes } from 'node:crypto';
-import { test, expect, signIn, waitForHydration } from './fixtures';
+import {
+  test, expect, signIn, waitForHydration, unique, OPERATOR, OPERATOR_PASSWORD, ADMIN_PASSWORD,
+} from './fixtures';
 import type { APIRequestContext, Locator, Page } from '@playwright/test';
-
-const OPERATOR = 'admin@localhost';
-const OPERATOR_PASSWORD = 'e2e operator password';
-const ADMIN_PASSWORD = 'tenant admin password';
-
-const unique = (name: string) => `${name}-${randomBytes(3).toString('hex')}`;
 
 /** Calls a JSON server function from the page itself (so the browser sends its Origin and
  * fetch metadata, as the console's own script does), with the page's session. */
@@ -85,8 +81,8 @@ test('the fleet and tenant dashboards update live while traffic flows', async ({
     await waitForHydration(page);
     await expect(page.getByRole('heading', { name: 'Fleet dashboard' })).toBeVisible();
     await expect(page.getByTestId('live-status')).toHaveAttribute('data-status', 'live');
-    await expect(page.getByTestId('chart-decisions').locator('svg')).toHaveCount(1);
-    await expect(page.getByTestId('chart-latency').locator('svg')).toHaveCount(1);
+    await expect(page.getByTestId('chart-decisions').locator('.plot svg')).toHaveCount(1);
+    await expect(page.getByTestId('chart-latency').locator('.plot svg')).toHaveCount(1);
     // The charts have units and legends.
     await expect(page.getByTestId('chart-decisions')).toContainText('decisions per second');
     await expect(page.getByTestId('chart-decisions')).toContainText('denied');
@@ -112,8 +108,14 @@ test('the fleet and tenant dashboards update live while traffic flows', async ({
     await expect(page.getByTestId('instances').locator('tbody tr')).toHaveCount(1);
     // The tenant's one bucket is active, under its name.
     await expect.poll(() => numberAttr(frame(page), 'data-active'), { timeout: 10_000 }).toBeGreaterThanOrEqual(1);
-    await expect(page.getByTestId('active-keys')).toContainText('dash-');
+    await expect(page.getByTestId('active-buckets')).toContainText('dash-');
     await expect(page.getByTestId('tile-cache')).toContainText('key');
+    // Each point's values are there on hover (a title over its column), and the legend is
+    // beside the plot, not on it.
+    await expect(page.getByTestId('chart-decisions').locator('svg title').last())
+      .toHaveText(/^\d\d:\d\d:\d\d: [\d.kM]+ allowed\/s, [\d.kM]+ denied\/s$/);
+    await expect(page.getByTestId('chart-latency').locator('svg title').last()).toContainText(/p99|no calls/);
+    await expect(page.getByTestId('chart-decisions').locator('ul.legend li')).toHaveText(['allowed', 'denied']);
 
     // Ranges switch the stream.
     for (const range of ['1h', '24h', '5m']) {

@@ -1,6 +1,7 @@
 // Shared fixtures: every test fails on a browser-side error, and can save screenshots as
 // artifacts under end2end/artifacts/.
 import { test as base, expect, type Page } from '@playwright/test';
+import { randomBytes } from 'node:crypto';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 
@@ -42,6 +43,43 @@ export async function signIn(page: Page, email: string, password: string) {
   await page.getByLabel('Password').fill(password);
   await page.getByLabel('Password').press('Enter');
   await expect(page.getByTestId('nav-account')).toHaveText(email);
+}
+
+/** The operator the test server creates on its first start (see playwright.config.ts). */
+export const OPERATOR = 'admin@localhost';
+export const OPERATOR_PASSWORD = 'e2e operator password';
+/** The password of every tenant admin these tests add. */
+export const ADMIN_PASSWORD = 'tenant admin password';
+
+/** A name no other test (or earlier run against the same server) uses. */
+export const unique = (name: string) => `${name}-${randomBytes(3).toString('hex')}`;
+
+export async function signOut(page: Page) {
+  await page.goto('/account');
+  await waitForHydration(page);
+  await page.getByTestId('sign-out').click();
+  await expect(page).toHaveURL(/\/sign-in$/);
+}
+
+/** Calls a JSON server function with the page's session, as the page's own script would: from
+ * its origin (the server refuses calls whose Origin is another site's). [ok, body]. Some calls
+ * here are meant to fail, so they go through the page's request context rather than its
+ * fetch, which would log each refusal as a browser error. */
+export async function serverFn(page: Page, endpoint: string, args: object): Promise<[boolean, string]> {
+  const origin = new URL(page.url()).origin;
+  const response = await page.request.post(`/api/${endpoint}`, { data: args, headers: { origin } });
+  return [response.ok(), await response.text()];
+}
+
+/** As the signed-in operator: a tenant and its admin, through the server functions. */
+export async function tenantWithAdmin(page: Page, name: string): Promise<{ id: string; email: string }> {
+  const [ok, body] = await serverFn(page, 'tenants/create', { name });
+  expect(ok, body).toBe(true);
+  const id = JSON.parse(body).id as string;
+  const email = `${name}@example.com`;
+  const [added, said] = await serverFn(page, 'tenants/add_admin', { tenant: id, email, password: ADMIN_PASSWORD });
+  expect(added, said).toBe(true);
+  return { id, email };
 }
 
 export { expect };

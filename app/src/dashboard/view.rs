@@ -13,7 +13,7 @@ pub fn FleetDashboardPage() -> impl IntoView {
     view! {
         <h1>"Fleet dashboard"</h1>
         <p class="lead">
-            "Decisions, denials, Redis latency and active keys of every instance, updated every second."
+            "Decisions, denials, Redis latency and active buckets of every instance, updated every second."
         </p>
         <Dashboard tenant=Signal::derive(|| None)/>
     }
@@ -28,6 +28,10 @@ pub fn TenantDashboardPage() -> impl IntoView {
         <Dashboard tenant=Signal::derive(move || Some(tenant.get()))/>
     }
 }
+
+/// How long without a frame (ms) before a live stream is said to be stale: frames come every
+/// second.
+const STALE_MS: f64 = 3_500.0;
 
 /// What the live connection is doing, for the status badge (only the browser changes it).
 #[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
@@ -63,6 +67,21 @@ impl Link {
     }
 }
 
+/// What the status badge says (its `data-status`, its words) for the link's state and the
+/// time since the last frame.
+fn link_status(link: Link, silent_ms: f64) -> (&'static str, String) {
+    match link {
+        Link::Live if silent_ms > STALE_MS => (
+            "stale",
+            format!(
+                "no update for {} s: the server may be busy or unreachable",
+                (silent_ms / 1000.0).floor()
+            ),
+        ),
+        other => (other.as_str(), other.label().to_owned()),
+    }
+}
+
 #[component]
 fn Dashboard(tenant: Signal<Option<String>>) -> impl IntoView {
     let range = RwSignal::new(Range::default());
@@ -72,8 +91,13 @@ fn Dashboard(tenant: Signal<Option<String>>) -> impl IntoView {
     );
     let pushed = RwSignal::new(None::<String>);
     let link = RwSignal::new(Link::Waiting);
+    // When the last frame arrived and the time now (ms, the browser's clock, ticking every
+    // second): a stream that is open but silent is not called live.
+    let last_frame = RwSignal::new(0.0_f64);
+    let now = RwSignal::new(0.0_f64);
     #[cfg(feature = "hydrate")]
-    live::connect(tenant, range, pushed, link);
+    live::connect(tenant, range, pushed, link, last_frame, now);
+    let status = move || link_status(link.get(), now.get() - last_frame.get());
 
     let choose = move |r: Range| {
         if range.get_untracked() != r {
@@ -90,8 +114,8 @@ fn Dashboard(tenant: Signal<Option<String>>) -> impl IntoView {
                         on:click=move |_| choose(r)>{r.as_str()}</button>
                 }).collect_view()}
             </div>
-            <span class="live-status" data-testid="live-status" data-status=move || link.get().as_str()>
-                {move || link.get().label()}
+            <span class="live-status" role="status" data-testid="live-status" data-status=move || status().0>
+                {move || status().1}
             </span>
         </div>
         <Transition fallback=|| view! { <p class="muted">"Loading the dashboard…"</p> }>
@@ -118,6 +142,7 @@ mod live {
     use web_sys::{Event, EventSource, MessageEvent};
 
     use super::{Link, Range};
+    use std::time::Duration;
 
     /// An open stream and the callbacks it calls (kept alive as long as it is open).
     struct Open {
@@ -141,7 +166,12 @@ mod live {
         range: RwSignal<Range>,
         pushed: RwSignal<Option<String>>,
         link: RwSignal<Link>,
+        last_frame: RwSignal<f64>,
+        now: RwSignal<f64>,
     ) {
+        let tick =
+            set_interval_with_handle(move || now.set(js_sys::Date::now()), Duration::from_secs(1))
+                .ok();
         let slot: Slot = Rc::default();
         let effect_slot = slot.clone();
         Effect::new(move |_| {
@@ -161,6 +191,9 @@ mod live {
             };
             let on_frame = Closure::<dyn FnMut(MessageEvent)>::new(move |ev: MessageEvent| {
                 if let Some(html) = ev.data().as_string() {
+                    let at = js_sys::Date::now();
+                    last_frame.set(at);
+                    now.set(at);
                     pushed.set(Some(html));
                     link.set(Link::Live);
                 }
@@ -184,6 +217,26 @@ mod live {
             });
         });
         let cleanup = SendWrapper::new(slot);
-        on_cleanup(move || close(&cleanup));
+        on_cleanup(move || {
+            close(&cleanup);
+            if let Some(tick) = tick {
+                tick.clear();
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{link_status, Link};
+
+    #[test]
+    fn a_stream_that_falls_silent_is_not_called_live() {
+        assert_eq!(link_status(Link::Live, 900.0).0, "live");
+        let (status, words) = link_status(Link::Live, 5_200.0);
+        assert_eq!(status, "stale");
+        assert!(words.starts_with("no update for 5 s"), "{words}");
+        assert_eq!(link_status(Link::Reconnecting, 60_000.0).0, "reconnecting");
+        assert_eq!(link_status(Link::Stopped, 0.0).0, "stopped");
     }
 }

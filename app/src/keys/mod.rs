@@ -202,6 +202,10 @@ pub struct KeyInfo {
     /// [`KeyInfo::state_at`] when the server listed it, so that the page the server renders
     /// and the page the browser hydrates agree.
     pub state: KeyState,
+    /// When the server listed it (ms since the epoch): the moment `state` and the time left
+    /// of a key in its grace period are counted from.
+    #[serde(default)]
+    pub listed_at: i64,
 }
 
 impl KeyInfo {
@@ -233,6 +237,7 @@ pub trait KeysPort: Send + Sync + 'static {
         name: &str,
         hash: &str,
         prefix: &str,
+        expires_in_seconds: Option<u64>,
     ) -> Result<KeyInfo, AppError>;
     async fn rotate_key(
         &self,
@@ -261,9 +266,12 @@ pub async fn create_key(
     name: String,
     hash: String,
     prefix: String,
+    /// The key stops working this long after it is registered; none: only when revoked.
+    #[server(default)]
+    expires_in_seconds: Option<u64>,
 ) -> Result<KeyInfo, AppError> {
     crate::context::port::<dyn KeysPort>()?
-        .create_key(&tenant, kind, &name, &hash, &prefix)
+        .create_key(&tenant, kind, &name, &hash, &prefix, expires_in_seconds)
         .await
 }
 
@@ -345,6 +353,7 @@ mod tests {
             last_used_at: None,
             replaced_by: None,
             state: KeyState::Live,
+            listed_at: 0,
         };
         assert_eq!(key.state_at(10), KeyState::Live);
         key.replaced_by = Some("k2".into());

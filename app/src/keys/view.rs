@@ -4,18 +4,69 @@
 use leptos::ev::SubmitEvent;
 use leptos::prelude::*;
 
-use super::{CreateKey, GeneratedKey, KeyInfo, KeyKind, RevokeKey, RotateKey};
+use super::{CreateKey, GeneratedKey, KeyInfo, KeyKind, KeyState, RevokeKey, RotateKey};
 use crate::tenants::view::TenantTabs;
-use crate::ui::{format_maybe, format_utc, use_tenant, ConfirmButton, ErrorNote};
+use crate::ui::{format_maybe, format_utc, human_ms, use_tenant, ConfirmButton, ErrorNote};
 
-/// The default grace period of a rotation: one hour.
-const DEFAULT_GRACE_SECONDS: u64 = 3600;
+/// The units a rotation's grace period is given in.
+const GRACE_UNITS: [(&str, u64); 4] = [
+    ("seconds", 1),
+    ("minutes", 60),
+    ("hours", 3600),
+    ("days", 86_400),
+];
+/// The longest grace period the server accepts: 30 days.
+const MAX_GRACE_SECONDS: u64 = 30 * 86_400;
+
+/// The lifetimes a new key may be given.
+const LIFETIMES: [(&str, Option<u64>); 6] = [
+    ("never (until revoked)", None),
+    ("in 1 day", Some(86_400)),
+    ("in 7 days", Some(7 * 86_400)),
+    ("in 30 days", Some(30 * 86_400)),
+    ("in 90 days", Some(90 * 86_400)),
+    ("in 1 year", Some(365 * 86_400)),
+];
 
 /// A key that was just generated, kept in the page only until it is dismissed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Reveal {
     plaintext: String,
     what: String,
+    kind: KeyKind,
+}
+
+/// The seconds of a grace period typed as `amount` `unit`s, or what is wrong with it.
+fn grace_seconds(amount: &str, unit: u64) -> Result<u64, String> {
+    let amount = amount
+        .trim()
+        .parse::<u64>()
+        .map_err(|_| "a whole number".to_owned())?;
+    match amount.checked_mul(unit) {
+        Some(seconds) if seconds <= MAX_GRACE_SECONDS => Ok(seconds),
+        _ => Err("at most 30 days".to_owned()),
+    }
+}
+
+/// What the state column says, in words: a key in its grace period says how long it has left.
+fn state_words(key: &KeyInfo) -> String {
+    match (key.state, key.expires_at) {
+        (KeyState::Grace, Some(at)) => {
+            let left = u64::try_from(at - key.listed_at).unwrap_or(0);
+            format!("grace: {} left", human_ms(left))
+        }
+        (state, _) => state.as_str().to_owned(),
+    }
+}
+
+/// The ready-to-paste command that uses a new key.
+fn curl_example(origin: &str, tenant: &str, kind: KeyKind, key: &str) -> String {
+    match kind {
+        KeyKind::Check => format!(
+            "curl -i {origin}/v1/check -H 'X-API-Key: {key}' -H 'Content-Type: application/json' -d '{{\"route\": \"POST /payments\", \"subject\": \"user-42\"}}'"
+        ),
+        _ => format!("curl -i {origin}/v1/admin/tenants/{tenant}/rules -H 'X-API-Key: {key}'"),
+    }
 }
 
 /// A tenant's keys.
@@ -64,6 +115,7 @@ pub fn KeysPage() -> impl IntoView {
     let busy = Signal::derive(move || create.pending().get() || rotate.pending().get());
     let (kind, set_kind) = signal(KeyKind::Check);
     let (name, set_name) = signal(String::new());
+    let (lifetime, set_lifetime) = signal(None::<u64>);
     let on_create = move |ev: SubmitEvent| {
         ev.prevent_default();
         if busy.get_untracked() {
@@ -79,6 +131,7 @@ pub fn KeysPage() -> impl IntoView {
                         kind.get_untracked().as_str(),
                         name.get_untracked()
                     ),
+                    kind: kind.get_untracked(),
                 }));
                 reveal.set(None);
                 create.dispatch(CreateKey {
@@ -87,6 +140,7 @@ pub fn KeysPage() -> impl IntoView {
                     name: name.get_untracked(),
                     hash: key.hash,
                     prefix: key.prefix,
+                    expires_in_seconds: lifetime.get_untracked(),
                 });
             }
             Err(e) => set_local_error.set(Some(e)),
@@ -99,6 +153,7 @@ pub fn KeysPage() -> impl IntoView {
                 pending.set(Some(Reveal {
                     plaintext: new.plaintext.clone(),
                     what: format!("replacement for {} ({})", key.name, key.prefix),
+                    kind: key.kind,
                 }));
                 reveal.set(None);
                 rotate.dispatch(RotateKey {
@@ -112,6 +167,10 @@ pub fn KeysPage() -> impl IntoView {
             Err(e) => set_local_error.set(Some(e)),
         }
     });
+
+    // The list's filter: part of a name or prefix, and whether to show only working keys.
+    let (filter_text, set_filter_text) = signal(String::new());
+    let (working_only, set_working_only) = signal(false);
 
     view! {
         <TenantTabs tenant=tenant current="keys"/>
@@ -129,12 +188,19 @@ pub fn KeysPage() -> impl IntoView {
                 <label for="key-name">"Name"</label>
                 <input id="key-name" required maxlength="100" autocomplete="off" placeholder="payments-service"
                     prop:value=name on:input=move |ev| set_name.set(event_target_value(&ev))/>
+                <label for="key-expires">"Expires"</label>
+                <select id="key-expires" data-testid="key-expires"
+                    on:change=move |ev| set_lifetime.set(event_target_value(&ev).parse().ok())>
+                    {LIFETIMES.into_iter().map(|(words, seconds)| view! {
+                        <option value=seconds.map(|s| s.to_string()).unwrap_or_default()>{words}</option>
+                    }).collect_view()}
+                </select>
                 <button type="submit" data-testid="create-key" disabled=move || busy.get()>"Generate key"</button>
             </form>
             {move || local_error.get().map(|e| view! { <p class="error" role="alert">{e}</p> })}
             {move || create.value().get().and_then(Result::err).map(|e| view! { <ErrorNote error=e/> })}
             {move || rotate.value().get().and_then(Result::err).map(|e| view! { <ErrorNote error=e/> })}
-            {move || reveal.get().map(|r| view! { <RevealBox reveal=r on_dismiss=Callback::new(move |()| reveal.set(None))/> })}
+            {move || reveal.get().map(|r| view! { <RevealBox reveal=r tenant=tenant.get_untracked() on_dismiss=Callback::new(move |()| reveal.set(None))/> })}
         </section>
         <section class="card" aria-labelledby="keys-title">
             <h2 id="keys-title">"Keys"</h2>
@@ -143,7 +209,29 @@ pub fn KeysPage() -> impl IntoView {
                     Err(e) => view! { <ErrorNote error=e/> }.into_any(),
                     Ok(list) if list.is_empty() => view! { <p class="muted" data-testid="no-keys">"No keys yet."</p> }.into_any(),
                     Ok(list) => {
+                        // Rotation links a key to its replacement: each row names the other.
+                        let prefix_of = |id: &str| list.iter().find(|k| k.id == id).map(|k| k.prefix.clone());
+                        let rows = list.iter().map(|k| {
+                            let replaced_by = k.replaced_by.as_deref().and_then(prefix_of);
+                            let replaces = list.iter().find(|old| old.replaced_by.as_deref() == Some(k.id.as_str())).map(|old| old.prefix.clone());
+                            (k.clone(), replaced_by, replaces)
+                        }).collect::<Vec<_>>();
+                        let all = list.clone();
+                        let shown = move |k: &KeyInfo| {
+                            let text = filter_text.get().trim().to_lowercase();
+                            (text.is_empty() || k.name.to_lowercase().contains(&text) || k.prefix.contains(&text))
+                                && (!working_only.get() || matches!(k.state, KeyState::Live | KeyState::Grace))
+                        };
                         view! {
+                            <form class="filters" role="search" on:submit=|ev: SubmitEvent| ev.prevent_default()>
+                                <span>
+                                    <label for="key-filter">"Find"</label>
+                                    <input id="key-filter" type="search" data-testid="key-filter" placeholder="name or prefix"
+                                        prop:value=filter_text on:input=move |ev| set_filter_text.set(event_target_value(&ev))/>
+                                </span>
+                                <label class="switch"><input type="checkbox" data-testid="working-only" prop:checked=working_only
+                                    on:change=move |ev| set_working_only.set(event_target_checked(&ev))/>" Working keys only"</label>
+                            </form>
                             <table class="grid" data-testid="keys-table">
                                 <thead><tr>
                                     <th scope="col">"Name"</th><th scope="col">"Key"</th><th scope="col">"Kind"</th>
@@ -151,9 +239,22 @@ pub fn KeysPage() -> impl IntoView {
                                     <th scope="col">"Last used"</th><th scope="col">"State"</th><th scope="col">"Actions"</th>
                                 </tr></thead>
                                 <tbody>
-                                    {list.into_iter().map(|k| view! { <KeyRow key=k busy=busy on_rotate=on_rotate revoke=revoke tenant=tenant/> }).collect_view()}
+                                    {rows.into_iter().map(|(k, replaced_by, replaces)| {
+                                        let key = k.clone();
+                                        view! {
+                                            <Show when=move || shown(&key)>
+                                                <KeyRow key=k.clone() replaced_by=replaced_by.clone() replaces=replaces.clone()
+                                                    busy=busy on_rotate=on_rotate revoke=revoke tenant=tenant/>
+                                            </Show>
+                                        }
+                                        // Type-erased: the page's view type is otherwise too deep for the compiler.
+                                        .into_any()
+                                    }).collect_view()}
                                 </tbody>
                             </table>
+                            <p class="muted" data-testid="keys-none-shown" hidden=move || all.iter().any(shown)>
+                                "No key matches."
+                            </p>
                         }.into_any()
                     }
                 })}
@@ -166,6 +267,10 @@ pub fn KeysPage() -> impl IntoView {
 #[component]
 fn KeyRow(
     key: KeyInfo,
+    /// The prefix of the key that replaced this one in a rotation.
+    replaced_by: Option<String>,
+    /// The prefix of the key this one replaced.
+    replaces: Option<String>,
     /// A key is being created or rotated: another rotation waits for it.
     busy: Signal<bool>,
     on_rotate: Callback<(KeyInfo, u64)>,
@@ -175,15 +280,11 @@ fn KeyRow(
     let state = key.state.as_str();
     let usable = matches!(state, "live");
     let (rotating, set_rotating) = signal(false);
-    let (grace, set_grace) = signal(DEFAULT_GRACE_SECONDS.to_string());
-    let grace_problem = move || {
-        grace
-            .get()
-            .trim()
-            .parse::<u64>()
-            .err()
-            .map(|_| "a whole number of seconds".to_owned())
-    };
+    // The old key's grace period, one hour unless changed.
+    let (grace, set_grace) = signal("1".to_owned());
+    let (grace_unit, set_grace_unit) = signal(3600_u64);
+    let grace_problem = move || grace_seconds(&grace.get(), grace_unit.get()).err();
+    let grace_id = format!("grace-{}", key.id);
     let on_rotate_submit = {
         let key = key.clone();
         move |ev: SubmitEvent| {
@@ -191,7 +292,7 @@ fn KeyRow(
             if busy.get_untracked() {
                 return;
             }
-            if let Ok(seconds) = grace.get_untracked().trim().parse::<u64>() {
+            if let Ok(seconds) = grace_seconds(&grace.get_untracked(), grace_unit.get_untracked()) {
                 set_rotating.set(false);
                 on_rotate.run((key.clone(), seconds));
             }
@@ -206,19 +307,24 @@ fn KeyRow(
             });
         }
     });
-    let expires = match (state, key.expires_at) {
-        ("grace", Some(at)) => format!("{} (grace)", format_utc(at)),
-        (_, at) => format_maybe(at),
+    let badge = match key.state {
+        KeyState::Live => "badge",
+        KeyState::Grace => "badge warn",
+        KeyState::Expired | KeyState::Revoked => "badge bad",
     };
     view! {
         <tr data-testid="key-row" data-prefix=key.prefix.clone() data-state=state>
-            <td>{key.name.clone()}</td>
+            <td>
+                {key.name.clone()}
+                {replaced_by.map(|p| view! { <br/><span class="muted small" data-testid="replaced-by">"replaced by " <code>{format!("{p}…")}</code></span> })}
+                {replaces.map(|p| view! { <br/><span class="muted small" data-testid="replaces">"replaces " <code>{format!("{p}…")}</code></span> })}
+            </td>
             <td><code>{format!("{}…", key.prefix)}</code></td>
             <td>{key.kind.as_str()}</td>
             <td>{format_utc(key.created_at)}</td>
-            <td>{expires}</td>
+            <td>{format_maybe(key.expires_at)}</td>
             <td>{format_maybe(key.last_used_at)}</td>
-            <td><span class="badge" class:bad={!matches!(state, "live" | "grace")}>{state}</span></td>
+            <td><span class=badge data-testid="key-state">{state_words(&key)}</span></td>
             <td class="links">
                 {move || match (usable, rotating.get()) {
                     (false, _) => None,
@@ -227,10 +333,17 @@ fn KeyRow(
                     }.into_any()),
                     (true, true) => Some(view! {
                         <form class="inline-form" on:submit=on_rotate_submit.clone()>
-                            <label>"Old key works for "
-                                <input class="short" inputmode="numeric" data-testid="grace-seconds" aria-label="Grace period in seconds"
-                                    prop:value=grace on:input=move |ev| set_grace.set(event_target_value(&ev))/>
-                                " s"</label>
+                            <label for=grace_id.clone()>"Old key works for"</label>
+                            <input id=grace_id.clone() class="short" inputmode="numeric" data-testid="grace-amount"
+                                aria-invalid=move || grace_problem().is_some().to_string()
+                                prop:value=grace on:input=move |ev| set_grace.set(event_target_value(&ev))/>
+                            <select aria-label="Grace period unit" data-testid="grace-unit"
+                                on:change=move |ev| set_grace_unit.set(event_target_value(&ev).parse().unwrap_or(3600))>
+                                {GRACE_UNITS.into_iter().map(|(name, seconds)| view! {
+                                    <option value=seconds.to_string() selected=seconds == 3600>{name}</option>
+                                }).collect_view()}
+                            </select>
+                            <span class="field-error" role="status">{grace_problem}</span>
                             <button type="submit" data-testid="rotate-confirm" disabled=move || grace_problem().is_some() || busy.get()>"Rotate now"</button>
                             <button type="button" class="secondary" on:click=move |_| set_rotating.set(false)>"Cancel"</button>
                         </form>
@@ -243,11 +356,23 @@ fn KeyRow(
             </td>
         </tr>
     }
+    .into_any()
+}
+
+/// The address the page was loaded from (only the browser renders a new key).
+fn page_origin() -> String {
+    #[cfg(feature = "hydrate")]
+    {
+        if let Some(origin) = web_sys::window().and_then(|w| w.location().origin().ok()) {
+            return origin;
+        }
+    }
+    "http://localhost:3000".to_owned()
 }
 
 /// Shows a new key once, with a copy button.
 #[component]
-fn RevealBox(reveal: Reveal, on_dismiss: Callback<()>) -> impl IntoView {
+fn RevealBox(reveal: Reveal, tenant: String, on_dismiss: Callback<()>) -> impl IntoView {
     // None: not tried; Some(true): copied; Some(false): the browser refused.
     let (copied, set_copied) = signal(None::<bool>);
     let key_text = NodeRef::<leptos::html::Code>::new();
@@ -311,6 +436,11 @@ fn RevealBox(reveal: Reveal, on_dismiss: Callback<()>) -> impl IntoView {
                 </button>
                 <button type="button" class="secondary" on:click=move |_| on_dismiss.run(())>"I have stored it"</button>
             </p>
+            <p>{match reveal.kind {
+                KeyKind::Check => "Try it: this asks whether a check would be allowed (the key's tenant's rules decide).",
+                _ => "Try it: this lists the tenant's rules with the key.",
+            }}</p>
+            <pre class="example" data-testid="new-key-example"><code>{curl_example(&page_origin(), &tenant, reveal.kind, &reveal.plaintext)}</code></pre>
             {move || (copied.get() == Some(false)).then(|| view! {
                 <p class="error" role="alert" data-testid="copy-by-hand">"This browser does not let the page copy here (a page served over plain HTTP has no clipboard access). The key is selected: press Ctrl+C (⌘C on a Mac) to copy it."</p>
             })}

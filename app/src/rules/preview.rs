@@ -9,11 +9,11 @@ use super::spec::LimitSpec;
 /// How requests arrive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Shape {
-    /// Evenly spaced at `rate` per second.
+    /// Evenly spaced at `rate` per unit of time.
     Steady,
-    /// Each second's `rate` requests all arrive at the start of that second.
+    /// Each unit's `rate` requests all arrive at the start of that unit.
     Bursty,
-    /// The rate grows evenly from zero to `rate` per second over the run.
+    /// The rate grows evenly from zero to `rate` per unit over the run.
     Ramp,
 }
 
@@ -35,22 +35,82 @@ impl Shape {
 
 /// The most requests one preview evaluates, so that it stays quick in a browser.
 pub const MAX_REQUESTS: u64 = 200_000;
-/// Points on the time axis.
+/// The most points on the time axis.
 pub const BUCKETS: u64 = 60;
+
+/// The unit a preview counts time and rates in: the largest of second, minute, hour and day
+/// that fits in the rule's period, so that a limit of 10 an hour is offered "20 per hour", not
+/// "0.0056 per second".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeUnit {
+    pub name: &'static str,
+    /// Its short form on the chart's axis.
+    pub short: &'static str,
+    pub ms: u64,
+}
+
+impl TimeUnit {
+    const ALL: [TimeUnit; 4] = [
+        TimeUnit {
+            name: "second",
+            short: "s",
+            ms: 1000,
+        },
+        TimeUnit {
+            name: "minute",
+            short: "min",
+            ms: 60_000,
+        },
+        TimeUnit {
+            name: "hour",
+            short: "h",
+            ms: 3_600_000,
+        },
+        TimeUnit {
+            name: "day",
+            short: "d",
+            ms: 86_400_000,
+        },
+    ];
+
+    pub fn for_period(period_ms: u64) -> Self {
+        Self::ALL
+            .into_iter()
+            .rev()
+            .find(|u| u.ms <= period_ms)
+            .unwrap_or(Self::ALL[0])
+    }
+}
 
 /// The traffic to preview.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Traffic {
     pub shape: Shape,
-    /// Requests per second (the peak, for a ramp).
+    /// Requests per `unit` (the peak, for a ramp).
     pub rate: f64,
+    pub unit: TimeUnit,
     pub duration_ms: u64,
 }
 
 impl Traffic {
-    /// A run long enough to show a rule's behaviour: three periods, between 10 s and 10 min.
-    pub fn default_duration_ms(spec: &LimitSpec) -> u64 {
-        spec.period_ms.saturating_mul(3).clamp(10_000, 600_000)
+    /// Traffic that shows a rule at work whatever its period: twice its limit, counted in
+    /// the period's unit, for three periods (at least 10 s), shortened when that would be
+    /// more than half of [`MAX_REQUESTS`]. `rate` (per unit) replaces the default rate.
+    pub fn for_rule(spec: &LimitSpec, shape: Shape, rate: Option<f64>) -> Self {
+        let unit = TimeUnit::for_period(spec.period_ms);
+        let default = 2.0 * spec.limit as f64 * unit.ms as f64 / spec.period_ms.max(1) as f64;
+        let rate = rate.unwrap_or(default);
+        let mut duration_ms = spec.period_ms.saturating_mul(3).max(10_000);
+        let per_ms = rate / unit.ms as f64;
+        if per_ms > 0.0 && per_ms * duration_ms as f64 > (MAX_REQUESTS / 2) as f64 {
+            duration_ms = ((MAX_REQUESTS / 2) as f64 / per_ms).max(1000.0) as u64;
+        }
+        Traffic {
+            shape,
+            rate,
+            unit,
+            duration_ms,
+        }
     }
 
     /// Arrival times in ms from the start, in order.
@@ -61,40 +121,40 @@ impl Traffic {
         if self.duration_ms == 0 {
             return Err("the duration must be above 0".into());
         }
-        let seconds = self.duration_ms as f64 / 1000.0;
+        let d = self.duration_ms as f64;
+        let units = d / self.unit.ms as f64;
         let total = match self.shape {
-            Shape::Steady | Shape::Bursty => self.rate * seconds,
-            Shape::Ramp => self.rate * seconds / 2.0,
+            Shape::Steady => self.rate * units,
+            Shape::Bursty => self.rate.round() * units.ceil(),
+            Shape::Ramp => self.rate * units / 2.0,
         };
         if total > MAX_REQUESTS as f64 {
             return Err(format!(
                 "this offers {total:.0} requests; the preview evaluates at most {MAX_REQUESTS}: lower the rate"
             ));
         }
-        let d = self.duration_ms as f64;
         let mut times = Vec::with_capacity(total as usize + 1);
         match self.shape {
             Shape::Steady => {
-                // Exactly round(rate × seconds) arrivals, evenly spaced (computed from the
+                // Exactly round(rate × units) arrivals, evenly spaced (computed from the
                 // index, so no rounding error accumulates).
                 let n = total.round() as u64;
                 times.extend((0..n).map(|k| k as f64 * d / n as f64));
             }
             Shape::Bursty => {
-                let per_second = self.rate.round() as u64;
-                let mut second = 0.0;
-                while second < d {
-                    times.extend((0..per_second).map(|_| second));
-                    second += 1000.0;
+                let per_unit = self.rate.round() as u64;
+                let mut at = 0.0;
+                while at < d {
+                    times.extend((0..per_unit).map(|_| at));
+                    at += self.unit.ms as f64;
                 }
             }
             Shape::Ramp => {
-                // The count by time t is rate·t²/(2d): the k-th request arrives at
-                // sqrt(2·k·d/rate) (t in seconds, d the duration in seconds).
-                let ds = d / 1000.0;
+                // The count by time t is rate·t²/(2d) (in units): the k-th request arrives
+                // at sqrt(2·k·d/rate).
                 let mut k = 0.0_f64;
                 loop {
-                    let t = (2.0 * k * ds / self.rate).sqrt() * 1000.0;
+                    let t = (2.0 * k * units / self.rate).sqrt() * self.unit.ms as f64;
                     if t >= d {
                         break;
                     }
@@ -105,12 +165,35 @@ impl Traffic {
         }
         Ok(times)
     }
+
+    /// The width of one point on the time axis. Steady traffic gets a whole number of
+    /// arrivals in each (at least a few), and bursty traffic a whole number of bursts, so
+    /// that a steady load is drawn flat rather than as the sawtooth of arrivals split
+    /// unevenly between points.
+    fn bucket_ms(&self, arrivals: usize) -> f64 {
+        let d = self.duration_ms as f64;
+        match self.shape {
+            Shape::Steady if arrivals > 0 => {
+                let n = arrivals as u64;
+                let few = (n / 6).clamp(1, 10);
+                let per_bucket = n.div_ceil(BUCKETS).max(few);
+                per_bucket as f64 * d / n as f64
+            }
+            Shape::Bursty => {
+                let units = self.duration_ms.div_ceil(self.unit.ms);
+                units.div_ceil(BUCKETS) as f64 * self.unit.ms as f64
+            }
+            _ => d / BUCKETS as f64,
+        }
+    }
 }
 
-/// Offered and admitted requests per time bucket.
+/// Offered and admitted requests per point on the time axis.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Series {
-    pub bucket_ms: u64,
+    pub unit: TimeUnit,
+    pub bucket_ms: f64,
+    pub duration_ms: u64,
     pub offered: Vec<u64>,
     pub admitted: Vec<u64>,
 }
@@ -124,21 +207,37 @@ impl Series {
         self.admitted.iter().sum()
     }
 
-    /// Requests per second in bucket `i`.
-    pub fn rate(&self, count: u64) -> f64 {
-        count as f64 * 1000.0 / self.bucket_ms as f64
+    /// The time point `i` covers: its width, or less for the last one when the run ends
+    /// inside it.
+    fn span_ms(&self, i: usize) -> f64 {
+        let left = self.duration_ms as f64 - i as f64 * self.bucket_ms;
+        left.min(self.bucket_ms).max(f64::MIN_POSITIVE)
+    }
+
+    /// `count` requests in point `i`, as requests per unit.
+    pub fn rate(&self, i: usize, count: u64) -> f64 {
+        count as f64 * self.unit.ms as f64 / self.span_ms(i)
+    }
+
+    /// Each point's (middle, in units; requests per unit) for `counts`.
+    pub fn rates(&self, counts: &[u64]) -> Vec<(f64, f64)> {
+        counts
+            .iter()
+            .enumerate()
+            .map(|(i, &c)| {
+                let middle = i as f64 * self.bucket_ms + self.span_ms(i) / 2.0;
+                (middle / self.unit.ms as f64, self.rate(i, c))
+            })
+            .collect()
     }
 
     /// The highest offered or admitted rate, for the chart's axis.
     pub fn peak_rate(&self) -> f64 {
-        let peak = self
-            .offered
-            .iter()
-            .chain(&self.admitted)
-            .copied()
-            .max()
-            .unwrap_or(0);
-        self.rate(peak)
+        self.rates(&self.offered)
+            .into_iter()
+            .chain(self.rates(&self.admitted))
+            .map(|(_, rate)| rate)
+            .fold(0.0, f64::max)
     }
 }
 
@@ -148,10 +247,12 @@ pub fn run(spec: &LimitSpec, traffic: &Traffic) -> Result<Series, String> {
         return Err(problem.to_string());
     }
     let arrivals = traffic.arrivals()?;
-    let bucket_ms = traffic.duration_ms.div_ceil(BUCKETS).max(1);
-    let buckets = traffic.duration_ms.div_ceil(bucket_ms) as usize;
+    let bucket_ms = traffic.bucket_ms(arrivals.len());
+    let buckets = (traffic.duration_ms as f64 / bucket_ms).ceil().max(1.0) as usize;
     let mut series = Series {
+        unit: traffic.unit,
         bucket_ms,
+        duration_ms: traffic.duration_ms,
         offered: vec![0; buckets],
         admitted: vec![0; buckets],
     };
@@ -161,7 +262,9 @@ pub fn run(spec: &LimitSpec, traffic: &Traffic) -> Result<Series, String> {
     for t in arrivals {
         let now = start + t as i64;
         let eval = model::evaluate(spec, state.as_ref(), now, 1);
-        let bucket = ((t as u64) / bucket_ms) as usize;
+        // A tiny allowance keeps an arrival that falls on a point's edge in the later point,
+        // whatever the rounding of the division.
+        let bucket = (t / bucket_ms + 1e-9).floor() as usize;
         let Some(offered) = series.offered.get_mut(bucket) else {
             continue;
         };
@@ -186,47 +289,39 @@ pub fn render_svg(series: &Series) -> Result<String, String> {
     {
         let root = SVGBackend::with_string(&mut svg, (640, 300)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| fail(&e))?;
-        let seconds = (series.bucket_ms * series.offered.len() as u64) as f64 / 1000.0;
+        let units = series.duration_ms as f64 / series.unit.ms as f64;
         // Headroom above the highest line keeps the legend clear of it.
         let top = (series.peak_rate() * 1.4).max(1.0);
         let mut chart = ChartBuilder::on(&root)
             .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(60)
-            .build_cartesian_2d(0.0..seconds, 0.0..top)
+            .x_label_area_size(44)
+            .y_label_area_size(64)
+            .build_cartesian_2d(0.0..units, 0.0..top)
             .map_err(|e| fail(&e))?;
-        let whole = |v: &f64| format!("{v:.0}");
-        let rate = |v: &f64| {
-            if top < 10.0 {
+        let short = |v: &f64, span: f64| {
+            if span < 10.0 {
                 format!("{v:.1}")
             } else {
                 format!("{v:.0}")
             }
         };
+        let time = |v: &f64| short(v, units);
+        let rate = |v: &f64| short(v, top);
         chart
             .configure_mesh()
-            .x_desc("time (s)")
-            .y_desc("requests per second")
+            .x_desc(format!("time ({})", series.unit.short))
+            .y_desc(format!("requests per {}", series.unit.name))
             .x_labels(8)
             .y_labels(6)
-            .x_label_formatter(&whole)
+            .x_label_formatter(&time)
             .y_label_formatter(&rate)
-            .label_style(("sans-serif", 13))
-            .axis_desc_style(("sans-serif", 14))
+            .label_style(("sans-serif", 14))
+            .axis_desc_style(("sans-serif", 15))
             .light_line_style(WHITE)
             .bold_line_style(RGBColor(225, 232, 232))
             .draw()
             .map_err(|e| fail(&e))?;
-        let points = |counts: &[u64]| -> Vec<(f64, f64)> {
-            counts
-                .iter()
-                .enumerate()
-                .map(|(i, c)| {
-                    let mid = (i as f64 + 0.5) * series.bucket_ms as f64 / 1000.0;
-                    (mid, series.rate(*c))
-                })
-                .collect()
-        };
+        let points = |counts: &[u64]| series.rates(counts);
         let offered = RGBColor(91, 107, 115);
         let admitted = RGBColor(31, 122, 77);
         chart
@@ -263,10 +358,13 @@ mod tests {
     use super::*;
     use crate::rules::Algorithm;
 
+    const SECOND: TimeUnit = TimeUnit::ALL[0];
+
     fn traffic(shape: Shape, rate: f64, seconds: u64) -> Traffic {
         Traffic {
             shape,
             rate,
+            unit: SECOND,
             duration_ms: seconds * 1000,
         }
     }
@@ -280,6 +378,58 @@ mod tests {
         let admitted = series.total_admitted();
         assert!((600..=611).contains(&admitted), "{admitted}");
         assert_eq!(series.offered.len(), 60);
+    }
+
+    #[test]
+    fn a_steady_load_is_drawn_flat_at_any_rate() {
+        // 20/s over 10 s once drew as a sawtooth: 3 and 4 arrivals in alternate points.
+        let spec = LimitSpec::new(Algorithm::TokenBucket, 1_000, 1000);
+        for (rate, seconds) in [(20.0, 10), (7.0, 13), (2.5, 30), (333.0, 10), (0.4, 100)] {
+            let series = run(&spec, &traffic(Shape::Steady, rate, seconds)).unwrap();
+            for (i, (_, r)) in series.rates(&series.offered).into_iter().enumerate() {
+                assert!(
+                    (r - rate).abs() < 1e-6 * rate.max(1.0),
+                    "{rate}/s over {seconds} s: point {i} is {r}/s ({series:?})"
+                );
+            }
+            assert!(series.offered.len() <= BUCKETS as usize);
+        }
+    }
+
+    #[test]
+    fn slow_limits_are_offered_twice_their_limit_in_their_own_unit() {
+        // 10 an hour: 20 an hour for three hours, not "1 request/s" for ten minutes.
+        let spec = LimitSpec::new(Algorithm::TokenBucket, 10, 3_600_000);
+        let traffic = Traffic::for_rule(&spec, Shape::Steady, None);
+        assert_eq!(traffic.unit.name, "hour");
+        assert_eq!(traffic.rate, 20.0);
+        assert_eq!(traffic.duration_ms, 3 * 3_600_000);
+        let series = run(&spec, &traffic).unwrap();
+        assert_eq!(series.total_offered(), 60);
+        // The burst of 10, then one every 6 minutes: the limit at work, not a flat line.
+        let admitted = series.total_admitted();
+        assert!((38..=41).contains(&admitted), "{admitted}");
+        assert!(series
+            .rates(&series.admitted)
+            .iter()
+            .any(|(_, r)| *r < 20.0));
+
+        // 3 per 10 minutes counts in minutes.
+        let spec = LimitSpec::new(Algorithm::SlidingLog, 3, 600_000);
+        let traffic = Traffic::for_rule(&spec, Shape::Steady, Some(5.0));
+        assert_eq!(
+            (traffic.unit.name, traffic.duration_ms),
+            ("minute", 1_800_000)
+        );
+        let series = run(&spec, &traffic).unwrap();
+        assert_eq!(series.total_offered(), 150);
+        assert!((9..=12).contains(&series.total_admitted()), "{series:?}");
+
+        // A huge limit keeps the preview within MAX_REQUESTS by running for less time.
+        let spec = LimitSpec::new(Algorithm::Gcra, 1_000_000, 1000);
+        let traffic = Traffic::for_rule(&spec, Shape::Steady, None);
+        let series = run(&spec, &traffic).unwrap();
+        assert!(series.total_offered() <= MAX_REQUESTS / 2);
     }
 
     #[test]
@@ -301,31 +451,13 @@ mod tests {
         let bursty = run(&spec, &traffic(Shape::Bursty, 20.0, 10)).unwrap();
         assert_eq!(bursty.total_offered(), 200);
         assert_eq!(bursty.total_admitted(), 50);
+        // One burst per point: every point offers the same.
+        assert!(bursty.offered.iter().all(|&c| c == 20), "{bursty:?}");
         let ramp = run(&spec, &traffic(Shape::Ramp, 20.0, 10)).unwrap();
         let offered = ramp.total_offered();
         assert!((99..=101).contains(&offered), "{offered}");
-        // The ramp's first bucket offers less than its last.
+        // The ramp's first point offers less than its last.
         assert!(ramp.offered[0] < ramp.offered[ramp.offered.len() - 1]);
-    }
-
-    #[test]
-    fn an_exact_log_admits_its_limit_per_period() {
-        // 3 a minute, offered 5/s for the default 3 periods (180 s): 3 in each minute, and
-        // 3 more at most where a minute boundary falls on an arrival.
-        let spec = LimitSpec::new(Algorithm::SlidingLog, 3, 60_000);
-        let duration_ms = Traffic::default_duration_ms(&spec);
-        assert_eq!(duration_ms, 180_000);
-        let series = run(
-            &spec,
-            &Traffic {
-                shape: Shape::Steady,
-                rate: 5.0,
-                duration_ms,
-            },
-        )
-        .unwrap();
-        assert_eq!(series.total_offered(), 900);
-        assert!((9..=12).contains(&series.total_admitted()), "{series:?}");
     }
 
     #[test]

@@ -58,6 +58,30 @@ impl Algorithm {
         }
     }
 
+    /// The algorithm's name in words, for the console.
+    pub fn title(self) -> &'static str {
+        match self {
+            Algorithm::TokenBucket => "Token bucket",
+            Algorithm::Gcra => "GCRA",
+            Algorithm::LeakyBucket => "Leaky bucket",
+            Algorithm::FixedWindow => "Fixed window",
+            Algorithm::SlidingWindow => "Sliding window",
+            Algorithm::SlidingLog => "Sliding log",
+        }
+    }
+
+    /// What the algorithm does, in one line (docs/ALGORITHMS.md has the whole story).
+    pub fn about(self) -> &'static str {
+        match self {
+            Algorithm::TokenBucket => "a bucket of burst tokens, refilled at limit per period: bursts up to the burst, then a steady rate",
+            Algorithm::Gcra => "a token bucket kept as one timestamp: the same answers, less state",
+            Algorithm::LeakyBucket => "a meter that each request fills and that drains at limit per period: traffic smoothed to a steady rate",
+            Algorithm::FixedWindow => "at most limit per calendar window (each period from a multiple of it): simple, but up to twice the limit across a window's edge",
+            Algorithm::SlidingWindow => "the current and previous windows weighted by their overlap: close to exact, with two counters",
+            Algorithm::SlidingLog => "an exact log of admitted requests over the last period: exact, one entry per request (limits up to 1,000)",
+        }
+    }
+
     /// Whether `burst` (the bucket's capacity) applies.
     pub fn has_burst(self) -> bool {
         matches!(

@@ -9,11 +9,11 @@ use super::preview::{self, Shape, Traffic};
 use super::{
     normal_route, Algorithm, DeleteOverride, DeleteRule, DescriptorEntry, FailureMode, FieldError,
     ImportEnvoy, ImportPreview, MatchKind, OverrideBody, RuleBody, RuleInfo, RulesForRoute,
-    SaveRule, Scope, SetOverride, MAX_IMPORT_BYTES,
+    SaveRule, Scope, SetOverride, MAX_IMPORT_BYTES, MAX_LIMIT, MAX_PERIOD_MS,
 };
 use crate::error::AppError;
 use crate::tenants::view::TenantTabs;
-use crate::ui::{use_tenant, ConfirmButton, ErrorNote};
+use crate::ui::{focus_soon, human_ms, use_tenant, ConfirmButton, ErrorNote};
 
 /// Period units offered by the form, with their length in ms.
 const UNITS: [(&str, u64); 5] = [
@@ -71,8 +71,10 @@ impl Draft {
 /// The form's fields, as typed.
 #[derive(Debug, Clone, Copy, Default)]
 struct RuleForm {
-    /// Whether anything was typed since the form was (re)set: problems show only then.
-    dirty: RwSignal<bool>,
+    /// The fields changed since the form was (re)set: a field's problem shows once it is
+    /// touched, or once the form was submitted.
+    touched: RwSignal<Vec<&'static str>>,
+    submitted: RwSignal<bool>,
     editing: RwSignal<Option<String>>,
     name: RwSignal<String>,
     match_kind: RwSignal<String>,
@@ -92,10 +94,43 @@ struct RuleForm {
     allow_override: RwSignal<bool>,
 }
 
+/// A whole number typed in `field`, or what is wrong with it in words: empty, negative, a
+/// fraction or text, or too big for any rule.
 fn whole(field: &str, text: &str) -> Result<u64, FieldError> {
-    text.trim()
-        .parse::<u64>()
-        .map_err(|_| FieldError::new(field, "must be a whole number"))
+    let text = text.trim();
+    let problem = |message: String| FieldError::new(field, message);
+    if text.is_empty() {
+        return Err(problem("enter a whole number".into()));
+    }
+    if let Some(rest) = text.strip_prefix('-') {
+        if !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(problem("must be at least 1".into()));
+        }
+    }
+    if !text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(problem("must be a whole number".into()));
+    }
+    text.parse::<u64>()
+        .map_err(|_| problem(format!("must be at most {MAX_LIMIT}")))
+}
+
+/// A problem as the form says it: periods in the unit the user picked, not in milliseconds.
+fn in_form_units(problem: FieldError, unit_ms: u64) -> FieldError {
+    let unit = UNITS
+        .iter()
+        .find(|(_, ms)| *ms == unit_ms)
+        .map_or("ms", |(name, _)| name);
+    let message = match problem.field.as_str() {
+        "period_ms" if problem.message.starts_with("must be between") => {
+            let most = MAX_PERIOD_MS / unit_ms;
+            format!("must be from 1 ms to 366 days: at most {most} {unit}")
+        }
+        "period_ms" | "burst" if problem.message.starts_with("refilling") => {
+            "refilling the whole bucket from empty must take at most 366 days: lower the burst or the period, or raise the limit".into()
+        }
+        _ => return problem,
+    };
+    FieldError::new(&problem.field, message)
 }
 
 impl RuleForm {
@@ -107,7 +142,8 @@ impl RuleForm {
     }
 
     fn reset(&self) {
-        self.dirty.set(false);
+        self.touched.set(Vec::new());
+        self.submitted.set(false);
         self.editing.set(None);
         self.name.set(String::new());
         self.match_kind.set("exact".into());
@@ -209,12 +245,56 @@ impl RuleForm {
             // Only descriptor rules offer (and read) the switch.
             allow_override: match_kind == MatchKind::Descriptor && self.allow_override.get(),
         };
+        let unit = self.unit.get();
         for p in body.problems() {
             if !problems.iter().any(|q| q.field == p.field) {
-                problems.push(p);
+                problems.push(in_form_units(p, unit));
             }
         }
         Draft { body, problems }
+    }
+
+    /// Whether `field`'s problem is shown: once the field was touched or the form submitted.
+    fn shows(&self, field: &str) -> bool {
+        self.submitted.get() || self.touched.with(|t| t.contains(&field))
+    }
+
+    fn touch(&self, field: &'static str) {
+        if !self.touched.with_untracked(|t| t.contains(&field)) {
+            self.touched.update(|t| t.push(field));
+        }
+    }
+}
+
+/// A rate as people write it: 20, 0.6, 0.05, 1,333.3 is 1333.3.
+fn short_number(x: f64) -> String {
+    let text = if x >= 100.0 || x.fract() == 0.0 {
+        format!("{x:.0}")
+    } else if x >= 1.0 {
+        format!("{x:.1}")
+    } else {
+        format!("{x:.3}")
+    };
+    if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.').to_owned()
+    } else {
+        text
+    }
+}
+
+/// The id of the control that holds `field` (a problem's field), to move the focus there.
+fn field_id(field: &str) -> &'static str {
+    match field {
+        "name" => "rule-name",
+        "route" => "rule-route",
+        "descriptor" => "rule-descriptor",
+        "scope" => "rule-scope",
+        "algorithm" => "rule-algorithm",
+        "limit" => "rule-limit",
+        "period_ms" => "rule-period",
+        "burst" => "rule-burst",
+        "allow_override" => "rule-override",
+        _ => "rule-name",
     }
 }
 
@@ -333,12 +413,23 @@ pub fn RulesPage() -> impl IntoView {
         import.version().track();
         last.set(None);
     });
+    // The deleted rule's row is gone: the focus goes to the list's heading, not the page's top.
+    Effect::new(move |_| {
+        if let Some(Ok(_)) = delete.value().get() {
+            focus_soon("rules-title");
+        }
+    });
 
     view! {
         <TenantTabs tenant=tenant current="rules"/>
         <section class="card" aria-labelledby="rules-title">
-            <h2 id="rules-title">"Rules"</h2>
-            <p class="muted">"Keep the rules in a file: " <a data-testid="rules-file-link" href=move || format!("/tenants/{}/rules/file", tenant.get())>"export, edit and import them"</a> ", with a preview of every change."</p>
+            <h2 id="rules-title" tabindex="-1">"Rules"</h2>
+            <p class="muted">
+                <a href="#rule-name" data-testid="new-rule-link" on:click=move |ev| {
+                    ev.prevent_default();
+                    focus_soon("rule-name");
+                }>"Create a rule"</a>
+                " below, or keep the rules in a file: " <a data-testid="rules-file-link" href=move || format!("/tenants/{}/rules/file", tenant.get())>"export, edit and import them"</a> ", with a preview of every change."</p>
             <Transition fallback=|| view! { <p class="muted">"Loading rules…"</p> }>
                 {move || rules.get().map(|reading| match reading {
                     Err(e) => view! { <ErrorNote error=e/> }.into_any(),
@@ -626,9 +717,13 @@ fn RuleRow(
             });
         }
     });
+    // The form takes the focus (and comes into view); Escape there gives it back here.
     let edit = {
         let rule = rule.clone();
-        move |_| form.load(&rule)
+        move |_| {
+            form.load(&rule);
+            focus_soon("rule-name");
+        }
     };
     let name = b.name.clone();
     let (state, state_class) = match (b.enabled, b.shadow) {
@@ -655,7 +750,7 @@ fn RuleRow(
         <tr data-testid="rule-row" data-name=name.clone()>
             <td><strong>{name.clone()}</strong></td>
             <td><code>{applies}</code>{scope}</td>
-            <td>{describe_rate(b.limit, b.period_ms)}{burst}<br/><span class="muted small">{b.algorithm.as_str()}</span></td>
+            <td>{describe_rate(b.limit, b.period_ms)}{burst}<br/><span class="muted small">{b.algorithm.title()}</span></td>
             <td>
                 <span class=state_class data-testid="rule-state">{state}</span>
                 " "
@@ -663,7 +758,7 @@ fn RuleRow(
             </td>
             <td>
                 <label class="visually-hidden" for=mode_id.clone()>{format!("If the limiter is down, rule {name}")}</label>
-                <select id=mode_id data-testid="failure-mode"
+                <select id=mode_id.clone() data-testid="failure-mode"
                     title="What a check answers when the limiter cannot decide"
                     prop:value=move || picked.get().unwrap_or(current_mode).as_str()
                     on:change=move |ev| {
@@ -678,18 +773,30 @@ fn RuleRow(
                 </select>
                 {move || picked.get().map(|mode| view! {
                     <span class="confirm" role="group" data-testid="failure-question"
-                        on:keydown=move |ev: leptos::ev::KeyboardEvent| if ev.key() == "Escape" { picked.set(None) }>
+                        on:keydown={
+                            let mode_id = mode_id.clone();
+                            move |ev: leptos::ev::KeyboardEvent| if ev.key() == "Escape" {
+                                picked.set(None);
+                                focus_soon(mode_id.clone());
+                            }
+                        }>
                         <span class="question">{format!(
                             "When the limiter is down, {} instead of {}?",
                             failure_words(mode), failure_words(current_mode)
                         )}</span>
                         <button type="button" data-testid="failure-confirm" node_ref=mode_yes on:click=move |_| confirm_mode.run(())>"Yes, change"</button>
-                        <button type="button" class="secondary" on:click=move |_| picked.set(None)>"Cancel"</button>
+                        <button type="button" class="secondary" on:click={
+                            let mode_id = mode_id.clone();
+                            move |_| {
+                                picked.set(None);
+                                focus_soon(mode_id.clone());
+                            }
+                        }>"Cancel"</button>
                     </span>
                 })}
             </td>
             <td class="links">
-                <button type="button" class="secondary" on:click=edit>"Edit"</button>
+                <button type="button" class="secondary" id=format!("edit-{}", rule.id) data-testid="edit-rule" on:click=edit>"Edit"</button>
                 {overrides}
                 <ConfirmButton label="Delete".into() question=format!("Delete rule {name}?") on_confirm=delete_it danger=true testid="delete-rule"/>
             </td>
@@ -910,18 +1017,32 @@ fn RuleEditor(
     });
     let problem = move |field: &'static str| {
         move || {
-            if form.dirty.get() {
+            if form.shows(field) {
                 parsed.with(|d| d.problem(field))
             } else {
                 None
             }
         }
     };
+    // Marked invalid for assistive technology exactly when its problem is shown.
+    let invalid = move |field: &'static str| move || problem(field)().is_some().to_string();
+    // Whether any problem is shown: saving waits until they are fixed.
+    let showing_problems =
+        move || parsed.with(|d| d.problems.iter().any(|p| form.shows(p.field.as_str())));
+    // A saved rule: the form is new again and the focus goes to what was said about it.
     Effect::new(move |_| {
         if let Some(Ok(_)) = save.value().get() {
             form.reset();
+            focus_soon("rule-saved");
         }
     });
+    // Leaving an edit (Cancel, or Escape in the form) gives the focus back to its Edit button.
+    let cancel_edit = move || {
+        if let Some(id) = form.editing.get_untracked() {
+            form.reset();
+            focus_soon(format!("edit-{id}"));
+        }
+    };
     let dispatch = move || {
         if let Some(body) = parsed.get_untracked().valid() {
             asking.set(None);
@@ -934,8 +1055,11 @@ fn RuleEditor(
     };
     let on_submit = move |ev: SubmitEvent| {
         ev.prevent_default();
-        form.dirty.set(true);
-        if parsed.get_untracked().valid().is_none() {
+        form.submitted.set(true);
+        if let Some(first) = parsed.with_untracked(|d| d.problems.first().map(|p| p.field.clone()))
+        {
+            // Every problem shows now; the focus goes to the first field that has one.
+            focus_soon(field_id(&first));
             return;
         }
         let twins = untrack(twins);
@@ -960,9 +1084,9 @@ fn RuleEditor(
         let normal = normal_route(&typed).into_owned();
         (needs && !normal.is_empty() && normal != typed).then_some(normal)
     };
-    let text = move |signal: RwSignal<String>| {
+    let text = move |field: &'static str, signal: RwSignal<String>| {
         move |ev: leptos::ev::Event| {
-            form.dirty.set(true);
+            form.touch(field);
             signal.set(event_target_value(&ev));
         }
     };
@@ -978,15 +1102,20 @@ fn RuleEditor(
             <h2 id="rule-form-title">
                 {move || if form.editing.get().is_some() { "Edit rule" } else { "Create a rule" }}
             </h2>
-            <form class="wide" on:submit=on_submit data-testid="rule-form">
+            <form class="wide" on:submit=on_submit data-testid="rule-form"
+                on:keydown=move |ev: leptos::ev::KeyboardEvent| if ev.key() == "Escape" {
+                    // First the question about a second rule on the same match, then the edit.
+                    if asking.get_untracked().is_some() { asking.set(None) } else { cancel_edit() }
+                }>
                 <div class="fields">
                     <label for="rule-name">"Name"</label>
                     <input id="rule-name" autocomplete="off" placeholder="payments-per-user"
-                        prop:value=form.name on:input=text(form.name)/>
-                    <span class="field-error" data-testid="problem-name">{problem("name")}</span>
+                        aria-describedby="rule-name-problem" aria-invalid=invalid("name")
+                        prop:value=form.name on:input=text("name", form.name)/>
+                    <span class="field-error" id="rule-name-problem" data-testid="problem-name">{problem("name")}</span>
 
                     <label for="rule-match">"Applies to"</label>
-                    <select id="rule-match" prop:value=form.match_kind on:change=text(form.match_kind)>
+                    <select id="rule-match" prop:value=form.match_kind on:change=text("match", form.match_kind)>
                         <option value="exact">"exactly this route"</option>
                         <option value="prefix">"routes starting with"</option>
                         <option value="default">"routes no other rule matches"</option>
@@ -997,9 +1126,9 @@ fn RuleEditor(
 
                     <label for="rule-route">"Route"</label>
                     <input id="rule-route" autocomplete="off" placeholder="POST /payments"
-                        aria-describedby="rule-route-normal rule-route-problem"
+                        aria-describedby="rule-route-normal rule-route-problem" aria-invalid=invalid("route")
                         prop:disabled=move || !MatchKind::parse(&form.match_kind.get()).is_some_and(MatchKind::needs_route)
-                        prop:value=form.route on:input=text(form.route)/>
+                        prop:value=form.route on:input=text("route", form.route)/>
                     <span>
                         <span class="field-error" id="rule-route-problem" data-testid="problem-route">{problem("route")}</span>
                         <span class="muted" id="rule-route-normal" data-testid="route-normal">
@@ -1009,44 +1138,60 @@ fn RuleEditor(
 
                     <label for="rule-descriptor">"Descriptor"</label>
                     <input id="rule-descriptor" autocomplete="off" placeholder="service=api, remote_address"
+                        aria-describedby="rule-descriptor-problem" aria-invalid=invalid("descriptor")
                         prop:disabled=move || form.match_kind.get() != MatchKind::Descriptor.as_str()
-                        prop:value=form.descriptor on:input=text(form.descriptor)/>
-                    <span class="field-error" data-testid="problem-descriptor">{problem("descriptor")}</span>
+                        prop:value=form.descriptor on:input=text("descriptor", form.descriptor)/>
+                    <span class="field-error" id="rule-descriptor-problem" data-testid="problem-descriptor">{problem("descriptor")}</span>
 
                     <label for="rule-scope">"Counted"</label>
-                    <select id="rule-scope" prop:value=form.scope on:change=text(form.scope)>
+                    <select id="rule-scope" aria-describedby="rule-scope-problem" aria-invalid=invalid("scope")
+                        prop:value=form.scope on:change=text("scope", form.scope)>
                         <option value="tenant">"for the whole tenant"</option>
                         <option value="subject">"per subject (user, IP, …)"</option>
                     </select>
-                    <span></span>
+                    <span class="field-error" id="rule-scope-problem" data-testid="problem-scope">{problem("scope")}</span>
 
                     <label for="rule-algorithm">"Algorithm"</label>
-                    <select id="rule-algorithm" prop:value=form.algorithm on:change=text(form.algorithm)>
-                        {Algorithm::ALL.into_iter().map(|a| view! { <option value=a.as_str()>{a.as_str()}</option> }).collect_view()}
+                    <select id="rule-algorithm" aria-describedby="rule-algorithm-about rule-algorithm-problem"
+                        prop:value=form.algorithm on:change=text("algorithm", form.algorithm)>
+                        {Algorithm::ALL.into_iter().map(|a| view! { <option value=a.as_str()>{a.title()}</option> }).collect_view()}
                     </select>
-                    <span class="field-error">{problem("algorithm")}</span>
+                    <span>
+                        <span class="field-error" id="rule-algorithm-problem">{problem("algorithm")}</span>
+                        <span class="muted small" id="rule-algorithm-about" data-testid="algorithm-about">
+                            {move || form.algorithm.get().parse::<Algorithm>().ok().map(Algorithm::about)}
+                            " (" <a href="/docs/ALGORITHMS.md" target="_blank" rel="noopener">"how each algorithm decides"</a> ")"
+                        </span>
+                    </span>
 
                     <label for="rule-limit">"Limit"</label>
-                    <input id="rule-limit" inputmode="numeric" prop:value=form.limit on:input=text(form.limit)/>
-                    <span class="field-error" data-testid="problem-limit">{problem("limit")}</span>
+                    <input id="rule-limit" inputmode="numeric" aria-describedby="rule-limit-problem" aria-invalid=invalid("limit")
+                        prop:value=form.limit on:input=text("limit", form.limit)/>
+                    <span class="field-error" id="rule-limit-problem" data-testid="problem-limit">{problem("limit")}</span>
 
                     <label for="rule-period">"Per"</label>
                     <span class="inline">
-                        <input id="rule-period" inputmode="numeric" prop:value=form.period on:input=text(form.period)/>
-                        <select aria-label="Period unit" prop:value=move || form.unit.get().to_string()
-                            on:change=move |ev| form.unit.set(event_target_value(&ev).parse().unwrap_or(1000))>
+                        <input id="rule-period" inputmode="numeric" aria-describedby="rule-period-problem" aria-invalid=invalid("period_ms")
+                            prop:value=form.period on:input=text("period_ms", form.period)/>
+                        <label class="visually-hidden" for="rule-unit">"Period unit"</label>
+                        <select id="rule-unit" aria-describedby="rule-period-problem" prop:value=move || form.unit.get().to_string()
+                            on:change=move |ev| {
+                                form.touch("period_ms");
+                                form.unit.set(event_target_value(&ev).parse().unwrap_or(1000));
+                            }>
                             {UNITS.into_iter().map(|(name, ms)| view! { <option value=ms.to_string()>{name}</option> }).collect_view()}
                         </select>
                     </span>
-                    <span class="field-error" data-testid="problem-period">{problem("period_ms")}</span>
+                    <span class="field-error" id="rule-period-problem" data-testid="problem-period">{problem("period_ms")}</span>
 
                     <label for="rule-burst">"Burst"</label>
                     <input id="rule-burst" inputmode="numeric" placeholder="same as the limit"
-                        prop:disabled=move || !has_burst() prop:value=form.burst on:input=text(form.burst)/>
-                    <span class="field-error" data-testid="problem-burst">{problem("burst")}</span>
+                        aria-describedby="rule-burst-problem" aria-invalid=invalid("burst")
+                        prop:disabled=move || !has_burst() prop:value=form.burst on:input=text("burst", form.burst)/>
+                    <span class="field-error" id="rule-burst-problem" data-testid="problem-burst">{problem("burst")}</span>
 
                     <label for="rule-failure">"If the limiter is down"</label>
-                    <select id="rule-failure" prop:value=form.failure_mode on:change=text(form.failure_mode)>
+                    <select id="rule-failure" prop:value=form.failure_mode on:change=text("failure_mode", form.failure_mode)>
                         <option value="closed">"fail closed: answer 503"</option>
                         <option value="open">"fail open: allow"</option>
                         <option value="local">"limit locally: each instance keeps its share"</option>
@@ -1064,10 +1209,15 @@ fn RuleEditor(
                         on:change=move |ev| form.enabled.set(event_target_checked(&ev))/>
                         " Enabled"</label>
                     <label><input type="checkbox" id="rule-override" prop:checked=form.allow_override
+                        aria-describedby="rule-override-problem"
                         prop:disabled=move || form.match_kind.get() != MatchKind::Descriptor.as_str()
-                        on:change=move |ev| form.allow_override.set(event_target_checked(&ev))/>
+                        on:change=move |ev| {
+                            form.touch("allow_override");
+                            form.allow_override.set(event_target_checked(&ev));
+                        }/>
                         " Envoy may send this descriptor's limit (override)"</label>
                 </div>
+                <span class="field-error" id="rule-override-problem">{problem("allow_override")}</span>
                 {move || asking.get().map(|names| view! {
                     <p class="confirm" role="alert" data-testid="twin-warning">
                         {format!(
@@ -1083,16 +1233,16 @@ fn RuleEditor(
                 })}
                 <p class="actions">
                     <button type="submit" data-testid="save-rule"
-                        disabled=move || save.pending().get() || (form.dirty.get() && parsed.with(|d| !d.problems.is_empty()))>
+                        disabled=move || save.pending().get() || showing_problems()>
                         {move || if form.editing.get().is_some() { "Save changes" } else { "Create rule" }}
                     </button>
                     <Show when=move || form.editing.get().is_some()>
-                        <button type="button" class="secondary" on:click=move |_| form.reset()>"Cancel"</button>
+                        <button type="button" class="secondary" on:click=move |_| cancel_edit()>"Cancel"</button>
                     </Show>
                 </p>
             </form>
             {move || save.value().get().map(|r| match r {
-                Ok(rule) => view! { <p class="ok" role="status" data-testid="rule-saved">"Saved rule " {rule.body.name} "."</p> }.into_any(),
+                Ok(rule) => view! { <p class="ok" role="status" id="rule-saved" tabindex="-1" data-testid="rule-saved">"Saved rule " {rule.body.name} "."</p> }.into_any(),
                 Err(e) => view! { <ErrorNote error=e/> }.into_any(),
             })}
             <Preview parsed=parsed/>
@@ -1124,22 +1274,21 @@ fn Preview(parsed: Memo<Draft>) -> impl IntoView {
             ));
         }
         let spec = draft.body.spec();
-        let default_rate = (2.0 * spec.limit as f64 * 1000.0 / spec.period_ms as f64).max(1.0);
         let text = rate_text.get();
         let rate = if text.trim().is_empty() {
-            default_rate.round().max(1.0)
+            None
         } else {
-            text.trim()
-                .parse::<f64>()
-                .map_err(|_| "the offered rate must be a number".to_owned())?
+            Some(
+                text.trim()
+                    .parse::<f64>()
+                    .map_err(|_| "the offered rate must be a number".to_owned())?,
+            )
         };
-        let traffic = Traffic {
-            shape: shape.get(),
-            rate,
-            duration_ms: Traffic::default_duration_ms(&spec),
-        };
-        preview::run(&spec, &traffic).map(|series| (series, rate))
+        let traffic = Traffic::for_rule(&spec, shape.get(), rate);
+        preview::run(&spec, &traffic).map(|series| (series, traffic.rate))
     });
+    // Rates are offered in the rule's own unit of time.
+    let unit = Memo::new(move |_| parsed.with(|d| preview::TimeUnit::for_period(d.body.period_ms)));
 
     view! {
         <div class="preview" data-testid="preview">
@@ -1149,7 +1298,7 @@ fn Preview(parsed: Memo<Draft>) -> impl IntoView {
                 <select id="preview-shape" on:change=move |ev| set_shape.set(Shape::parse(&event_target_value(&ev)).unwrap_or(Shape::Steady))>
                     {Shape::ALL.into_iter().map(|s| view! { <option value=s.as_str()>{s.as_str()}</option> }).collect_view()}
                 </select>
-                <label for="preview-rate">"Offered requests per second"</label>
+                <label for="preview-rate">{move || format!("Offered requests per {}", unit.get().name)}</label>
                 <input id="preview-rate" inputmode="decimal" placeholder="twice the limit"
                     prop:value=rate_text on:input=move |ev| set_rate_text.set(event_target_value(&ev))/>
             </div>
@@ -1159,11 +1308,14 @@ fn Preview(parsed: Memo<Draft>) -> impl IntoView {
                     let offered = series.total_offered();
                     let admitted = series.total_admitted();
                     let share = if offered == 0 { 0.0 } else { 100.0 * admitted as f64 / offered as f64 };
-                    let seconds = series.bucket_ms * series.offered.len() as u64 / 1000;
+                    let unit = series.unit.name;
+                    // The offered rate of each point on the chart, for tests and for reading.
+                    let drawn = series.rates(&series.offered).iter()
+                        .map(|(_, r)| format!("{r:.3}")).collect::<Vec<_>>().join(" ");
                     view! {
-                        <p data-testid="preview-summary">
-                            {format!("{} traffic at {rate} requests/s for {seconds} s: {admitted} of {offered} admitted ({share:.1}%).",
-                                shape.get_untracked().as_str())}
+                        <p data-testid="preview-summary" data-offered-rates=drawn>
+                            {format!("{} traffic at {} requests per {unit} for {}: {admitted} of {offered} admitted ({share:.1}%).",
+                                shape.get_untracked().as_str(), short_number(rate), human_ms(series.duration_ms))}
                         </p>
                         <Chart series=series live=live/>
                     }.into_any()
@@ -1182,7 +1334,7 @@ fn Chart(series: preview::Series, live: ReadSignal<bool>) -> impl IntoView {
         #[cfg(feature = "hydrate")]
         {
             match preview::render_svg(&series) {
-                Ok(svg) => view! { <div class="chart" data-testid="preview-chart" role="img"
+                Ok(svg) => view! { <div class="chart" data-testid="preview-chart" role="img" tabindex="0"
                     aria-label="Offered and admitted requests per second over time" inner_html=svg></div> }.into_any(),
                 Err(e) => view! { <p class="error">{e}</p> }.into_any(),
             }
@@ -1197,7 +1349,40 @@ fn Chart(series: preview::Series, live: ReadSignal<bool>) -> impl IntoView {
 
 #[cfg(test)]
 mod tests {
-    use super::describe_rate;
+    use super::{describe_rate, in_form_units, short_number, whole, FieldError, MAX_PERIOD_MS};
+
+    #[test]
+    fn numbers_that_are_not_whole_say_what_is_wrong() {
+        let said = |text: &str| whole("limit", text).unwrap_err().message;
+        assert_eq!(said(""), "enter a whole number");
+        assert_eq!(said("-3"), "must be at least 1");
+        assert_eq!(said("3x"), "must be a whole number");
+        assert_eq!(said("2.5"), "must be a whole number");
+        // Only too big, not "not a whole number".
+        assert_eq!(said("99999999999999999999"), "must be at most 1000000000");
+        assert_eq!(whole("limit", " 42 ").unwrap(), 42);
+    }
+
+    #[test]
+    fn periods_are_refused_in_the_unit_the_user_picked() {
+        let too_long = FieldError::new(
+            "period_ms",
+            format!("must be between 1 ms and {MAX_PERIOD_MS} ms (366 days)"),
+        );
+        assert_eq!(
+            in_form_units(too_long.clone(), 3_600_000).message,
+            "must be from 1 ms to 366 days: at most 8784 hours"
+        );
+        assert!(in_form_units(too_long, 86_400_000)
+            .message
+            .ends_with("at most 366 days"));
+        let other = FieldError::new("limit", "must be at least 1");
+        assert_eq!(in_form_units(other.clone(), 1000), other);
+        assert_eq!(short_number(20.0), "20");
+        assert_eq!(short_number(0.6), "0.6");
+        assert_eq!(short_number(2.5), "2.5");
+        assert_eq!(short_number(1333.3), "1333");
+    }
 
     #[test]
     fn rates_use_the_largest_whole_unit() {

@@ -51,8 +51,9 @@ pub fn key(k: ApiKey) -> Result<KeyInfo, ServiceError> {
         last_used_at: k.last_used_at,
         replaced_by: k.replaced_by,
         state: app::keys::KeyState::Live,
+        listed_at: store::now_ms(),
     };
-    info.state = info.state_at(store::now_ms());
+    info.state = info.state_at(info.listed_at);
     Ok(info)
 }
 

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use plotters::coord::types::RangedCoordf64;
-use plotters::coord::{CoordTranslate, Shift};
+use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use super::view::{max_bound_ms, Frame, Latency, Scope, Top};
@@ -76,8 +76,6 @@ fn ms(v: f64) -> String {
     }
 }
 
-type DrawResult = Result<(), String>;
-
 fn fail(e: &dyn std::fmt::Debug) -> String {
     format!("cannot draw the chart: {e:?}")
 }
@@ -85,11 +83,14 @@ fn fail(e: &dyn std::fmt::Debug) -> String {
 /// Decisions per second, allowed stacked on denied.
 pub fn decisions_svg(frame: &Frame) -> Result<String, String> {
     let mut svg = String::new();
-    draw_decisions(frame, &mut svg)?;
-    Ok(svg)
+    let tips = draw_decisions(frame, &mut svg)?;
+    Ok(with_tips(svg, &tips))
 }
 
-fn draw_decisions(frame: &Frame, svg: &mut String) -> DrawResult {
+/// The series drawn in the decisions chart, for its legend.
+const DECISION_SERIES: [(&str, RGBColor); 2] = [("allowed", ALLOWED), ("denied", DENIED)];
+
+fn draw_decisions(frame: &Frame, svg: &mut String) -> Result<Tips, String> {
     let root = SVGBackend::with_string(svg, (WIDTH, HEIGHT)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| fail(&e))?;
     let bin = frame.bin_seconds as f64;
@@ -111,9 +112,7 @@ fn draw_decisions(frame: &Frame, svg: &mut String) -> DrawResult {
             0.0,
             ALLOWED.mix(0.55),
         ))
-        .map_err(|e| fail(&e))?
-        .label("allowed")
-        .legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], ALLOWED.filled()));
+        .map_err(|e| fail(&e))?;
     chart
         .draw_series(AreaSeries::new(
             frame
@@ -123,11 +122,88 @@ fn draw_decisions(frame: &Frame, svg: &mut String) -> DrawResult {
             0.0,
             DENIED.mix(0.75),
         ))
-        .map_err(|e| fail(&e))?
-        .label("denied")
-        .legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], DENIED.filled()));
-    legend(&mut chart)?;
-    root.present().map_err(|e| fail(&e))
+        .map_err(|e| fail(&e))?;
+    let tips = tips(&chart, frame, top, |p| {
+        format!(
+            "{}: {} allowed/s, {} denied/s",
+            clock(p.t, false),
+            short(rate(p, Outcome::Allowed)),
+            short(rate(p, Outcome::Denied))
+        )
+    });
+    root.present().map_err(|e| fail(&e))?;
+    Ok(tips)
+}
+
+/// Each point's x on the chart and what it says on hover; the plot's top and bottom.
+struct Tips {
+    points: Vec<(i32, String)>,
+    top: i32,
+    bottom: i32,
+}
+
+fn tips(
+    chart: &Chart<'_, '_>,
+    frame: &Frame,
+    top: f64,
+    say: impl Fn(&super::view::Point) -> String,
+) -> Tips {
+    let points = frame
+        .points
+        .iter()
+        .map(|p| (chart.backend_coord(&(p.t as f64, 0.0)).0, say(p)))
+        .collect();
+    let (_, y_top) = chart.backend_coord(&(0.0, top));
+    let (_, y_bottom) = chart.backend_coord(&(0.0, 0.0));
+    Tips {
+        points,
+        top: y_top,
+        bottom: y_bottom,
+    }
+}
+
+/// Adds a transparent column over each point of the chart whose `<title>` the browser shows
+/// when the pointer rests there: the values behind the lines, read on hover.
+fn with_tips(mut svg: String, tips: &Tips) -> String {
+    let xs: Vec<i32> = tips.points.iter().map(|(x, _)| *x).collect();
+    let mut group = String::from(r#"<g class="tips" data-testid="chart-tips">"#);
+    for (i, (x, text)) in tips.points.iter().enumerate() {
+        let before = if i > 0 {
+            xs[i - 1]
+        } else {
+            x - (xs.get(1).unwrap_or(x) - x)
+        };
+        let after = xs.get(i + 1).copied().unwrap_or(x + (x - before));
+        let left = (before + x) / 2;
+        let right = ((x + after) / 2).max(left + 1);
+        let _ = write!(
+            group,
+            r#"<rect x="{left}" y="{}" width="{}" height="{}" fill="transparent" pointer-events="all"><title>{}</title></rect>"#,
+            tips.top,
+            right - left,
+            (tips.bottom - tips.top).max(1),
+            escape(text)
+        );
+    }
+    group.push_str("</g>");
+    if let Some(end) = svg.rfind("</svg>") {
+        svg.insert_str(end, &group);
+    }
+    svg
+}
+
+/// The legend under a chart, in HTML: it never covers the lines, and reads at any size.
+fn legend_html(series: &[(String, RGBColor)]) -> String {
+    let mut out = String::from(r#"<ul class="legend">"#);
+    for (label, RGBColor(r, g, b)) in series {
+        let _ = write!(
+            out,
+            r##"<li><svg width="16" height="10" aria-hidden="true"><rect width="16" height="10" fill="#{r:02x}{g:02x}{b:02x}"/></svg>{}</li>"##,
+            escape(label)
+        );
+    }
+    out.push_str("</ul>");
+    out
 }
 
 type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
@@ -142,9 +218,9 @@ fn axes<'a, 'b>(
 ) -> Result<Chart<'a, 'b>, String> {
     let (x0, x1) = span(frame);
     let mut chart = ChartBuilder::on(root)
-        .margin(10)
-        .x_label_area_size(36)
-        .y_label_area_size(64)
+        .margin(12)
+        .x_label_area_size(48)
+        .y_label_area_size(76)
         .build_cartesian_2d(x0..x1, 0.0..top)
         .map_err(|e| fail(&e))?;
     let minutes = frame.range == app::dashboard::Range::Day;
@@ -173,27 +249,39 @@ fn span(frame: &Frame) -> (f64, f64) {
     (first, last.max(first + 1.0))
 }
 
-fn legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
-    chart: &mut ChartContext<'a, DB, CT>,
-) -> DrawResult {
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .label_font(("sans-serif", 16))
-        .background_style(WHITE.mix(0.85))
-        .border_style(GRID)
-        .draw()
-        .map_err(|e| fail(&e))
-}
-
 /// Limiter round-trip percentiles over time, and each shard's p99 on a Cluster.
 pub fn latency_svg(frame: &Frame) -> Result<String, String> {
     let mut svg = String::new();
-    draw_latency(frame, &mut svg)?;
-    Ok(svg)
+    let tips = draw_latency(frame, &mut svg)?;
+    Ok(with_tips(svg, &tips))
 }
 
-fn draw_latency(frame: &Frame, svg: &mut String) -> DrawResult {
+/// The series drawn in the latency chart, for its legend.
+fn latency_series(frame: &Frame) -> Vec<(String, RGBColor)> {
+    let mut series: Vec<(String, RGBColor)> = LATENCY_LINES
+        .iter()
+        .map(|(label, _, color)| ((*label).to_owned(), *color))
+        .collect();
+    series.push(("check p99".to_owned(), CHECK));
+    if frame.shards.len() > 1 {
+        for (k, shard) in frame.shards.iter().enumerate() {
+            series.push((format!("p99 {shard}"), SHARD_COLORS[k % SHARD_COLORS.len()]));
+        }
+    }
+    series
+}
+
+type Line = (&'static str, fn(&Latency) -> f64, RGBColor);
+const LATENCY_LINES: [Line; 4] = [
+    ("p50", |l| l.p50, RGBColor(120, 160, 150)),
+    ("p90", |l| l.p90, RGBColor(60, 120, 110)),
+    ("p99", |l| l.p99, RGBColor(20, 70, 60)),
+    ("max", |l| l.max, DENIED),
+];
+/// The whole check: authentication, caches, rules and the limiter call.
+const CHECK: RGBColor = RGBColor(40, 90, 200);
+
+fn draw_latency(frame: &Frame, svg: &mut String) -> Result<Tips, String> {
     let root = SVGBackend::with_string(svg, (WIDTH, HEIGHT)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| fail(&e))?;
     let peak = frame
@@ -214,14 +302,7 @@ fn draw_latency(frame: &Frame, svg: &mut String) -> DrawResult {
         }
     };
     let mut chart = axes(&root, frame, top, "latency (ms)", &value)?;
-    type Line = (&'static str, fn(&Latency) -> f64, RGBColor);
-    let lines: [Line; 4] = [
-        ("p50", |l| l.p50, RGBColor(120, 160, 150)),
-        ("p90", |l| l.p90, RGBColor(60, 120, 110)),
-        ("p99", |l| l.p99, RGBColor(20, 70, 60)),
-        ("max", |l| l.max, DENIED),
-    ];
-    for (label, pick, color) in lines {
+    for (_, pick, color) in LATENCY_LINES {
         chart
             .draw_series(segments(
                 frame
@@ -230,14 +311,9 @@ fn draw_latency(frame: &Frame, svg: &mut String) -> DrawResult {
                     .map(|p| (p.t as f64, p.limiter.as_ref().map(pick))),
                 color.stroke_width(2),
             ))
-            .map_err(|e| fail(&e))?
-            .label(label)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
-            });
+            .map_err(|e| fail(&e))?;
     }
-    // The whole check: authentication, caches, rules and the limiter call.
-    let check = RGBColor(40, 90, 200);
+    let check = CHECK;
     chart
         .draw_series(segments(
             frame
@@ -246,12 +322,10 @@ fn draw_latency(frame: &Frame, svg: &mut String) -> DrawResult {
                 .map(|p| (p.t as f64, p.check.map(|l| l.p99))),
             check.stroke_width(1),
         ))
-        .map_err(|e| fail(&e))?
-        .label("check p99")
-        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], check));
+        .map_err(|e| fail(&e))?;
     // Per-shard p99 only means something with more than one shard.
     if frame.shards.len() > 1 {
-        for (k, shard) in frame.shards.iter().enumerate() {
+        for k in 0..frame.shards.len() {
             let color = SHARD_COLORS[k % SHARD_COLORS.len()];
             chart
                 .draw_series(segments(
@@ -261,13 +335,30 @@ fn draw_latency(frame: &Frame, svg: &mut String) -> DrawResult {
                         .map(|p| (p.t as f64, p.shard_p99.get(k).copied().flatten())),
                     color.stroke_width(1),
                 ))
-                .map_err(|e| fail(&e))?
-                .label(format!("p99 {shard}"))
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
+                .map_err(|e| fail(&e))?;
         }
     }
-    legend(&mut chart)?;
-    root.present().map_err(|e| fail(&e))
+    let tips = tips(&chart, frame, top, |p| match (p.limiter, p.check) {
+        (None, None) => format!("{}: no calls", clock(p.t, false)),
+        (limiter, check) => {
+            let mut said = clock(p.t, false);
+            if let Some(l) = limiter {
+                let _ = write!(
+                    said,
+                    ": p50 {} · p99 {} · max {}",
+                    ms(l.p50),
+                    ms(l.p99),
+                    ms(l.max)
+                );
+            }
+            if let Some(c) = check {
+                let _ = write!(said, "; check p99 {}", ms(c.p99));
+            }
+            said
+        }
+    });
+    root.present().map_err(|e| fail(&e))?;
+    Ok(tips)
 }
 
 /// Polylines through the points that have a value; a gap (no traffic) breaks the line.
@@ -391,7 +482,7 @@ pub fn html(frame: &Frame) -> String {
     tile(
         &mut out,
         "tile-active",
-        "Active keys",
+        "Active buckets",
         &short(frame.active_total as f64),
         if in_process {
             "live buckets (not yet expired)"
@@ -472,11 +563,16 @@ pub fn html(frame: &Frame) -> String {
     }
     out.push_str("</div>");
 
-    for (title, testid, svg) in [
+    let decision_series: Vec<(String, RGBColor)> = DECISION_SERIES
+        .iter()
+        .map(|(label, color)| ((*label).to_owned(), *color))
+        .collect();
+    for (title, testid, svg, series) in [
         (
             "Decisions per second",
             "chart-decisions",
             decisions_svg(frame),
+            decision_series,
         ),
         (
             if fleet && frame.shards.len() > 1 {
@@ -490,12 +586,14 @@ pub fn html(frame: &Frame) -> String {
             },
             "chart-latency",
             latency_svg(frame),
+            latency_series(frame),
         ),
     ] {
         let body = svg.unwrap_or_else(|e| format!(r#"<p class="error">{}</p>"#, escape(&e)));
         let _ = write!(
             out,
-            r#"<figure class="chart card" data-testid="{testid}"><figcaption>{title}</figcaption>{body}</figure>"#
+            r#"<figure class="chart card" data-testid="{testid}"><figcaption>{title} <span class="muted small">(values on hover)</span></figcaption><div class="plot" tabindex="0" role="region" aria-label="{title}">{body}</div>{}</figure>"#,
+            legend_html(&series)
         );
     }
 
@@ -516,7 +614,7 @@ pub fn html(frame: &Frame) -> String {
             false,
         );
     }
-    out.push_str(r#"<section class="card"><h2>Active keys</h2><table data-testid="active-keys"><thead><tr><th>Tenant</th><th class="num">Keys</th></tr></thead><tbody>"#);
+    out.push_str(r#"<section class="card"><h2>Active buckets</h2><table data-testid="active-buckets"><thead><tr><th>Tenant</th><th class="num">Buckets</th></tr></thead><tbody>"#);
     if frame.active_top.is_empty() {
         out.push_str(r#"<tr><td colspan="2" class="muted">No active buckets.</td></tr>"#);
     }
@@ -574,12 +672,19 @@ mod tests {
             "latency (ms)",
             "Redis round trip",
             "time (UTC)",
-            "\nallowed\n",
-            "\ndenied\n",
-            "\np99\n",
+            "</svg>allowed</li>",
+            "</svg>denied</li>",
+            "</svg>p99</li>",
+            "Active buckets",
         ] {
             assert!(html.contains(text), "missing {text}");
         }
+        // The values behind each point, on hover.
+        assert!(
+            html.contains("<title>00:16:40: 7 allowed/s, 3 denied/s</title>"),
+            "{html}"
+        );
+        assert_eq!(html.matches(r#"data-testid="chart-tips""#).count(), 2);
         assert!(html.contains("30.0%"), "the denial rate tile");
     }
 

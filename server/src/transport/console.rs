@@ -542,6 +542,7 @@ impl KeysPort for ConsoleService {
         name: &str,
         hash: &str,
         prefix: &str,
+        expires_in_seconds: Option<u64>,
     ) -> Result<KeyInfo, AppError> {
         let actor = self.actor().await?;
         let body = KeyBody {
@@ -549,7 +550,7 @@ impl KeysPort for ConsoleService {
             name: name.to_owned(),
             hash: hash.to_owned(),
             prefix: prefix.to_owned(),
-            expires_in_seconds: None,
+            expires_in_seconds,
         };
         self.admin
             .create_key(&actor, tenant, &body)

@@ -424,6 +424,7 @@ fn schemas() -> Value {
                 "name": { "type": "string" }, "prefix": { "type": "string" },
                 "created_at": millis, "expires_at": nullable_millis, "revoked_at": nullable_millis,
                 "last_used_at": nullable_millis, "replaced_by": { "type": ["string", "null"] },
+                "listed_at": { "type": "integer", "description": "When this answer was made (ms since the epoch): the moment `state` is as of." },
                 "state": { "type": "string", "enum": ["live", "grace", "expired", "revoked"],
                            "description": "Whether the key authenticates now: grace is a rotated key that works until it expires." }
             }

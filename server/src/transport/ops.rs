@@ -15,6 +15,15 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
+/// `GET /docs/ALGORITHMS.md`: how each algorithm decides, as plain text. The console's rule
+/// form links here next to its one-line summary of the chosen algorithm.
+pub async fn algorithms_doc() -> impl IntoResponse {
+    (
+        [(CONTENT_TYPE, "text/plain; charset=utf-8")],
+        include_str!("../../../docs/ALGORITHMS.md"),
+    )
+}
+
 /// `GET /healthz`: answers as long as the process serves HTTP.
 pub async fn healthz() -> impl IntoResponse {
     Json(serde_json::json!({ "status": "ok" }))

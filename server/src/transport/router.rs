@@ -63,6 +63,7 @@ pub fn router(state: AppState, console_threads: tokio::runtime::Handle) -> Route
     router
         .merge(admin_api::routes())
         .route("/v1/openapi.json", get(openapi::handler))
+        .route("/docs/ALGORITHMS.md", get(ops::algorithms_doc))
         .route("/live/dashboard", get(live::handler))
         .leptos_routes_with_context(
             &state,

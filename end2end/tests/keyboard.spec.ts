@@ -1,0 +1,92 @@
+// The rules form with the keyboard alone: no click and no mouse, every step by Tab, Enter,
+// typing and Escape, with the focus where the user needs it after each one.
+import {
+  test, expect, signIn, signOut, waitForHydration, tenantWithAdmin, unique,
+  OPERATOR, OPERATOR_PASSWORD, ADMIN_PASSWORD,
+} from './fixtures';
+import type { Locator, Page } from '@playwright/test';
+
+/** Presses Tab (Shift+Tab when `back`) until `target` has the focus; fails after `most` presses. */
+async function tabTo(page: Page, target: Locator, most: number, back = false) {
+  for (let n = 0; n < most; n++) {
+    await page.keyboard.press(back ? 'Shift+Tab' : 'Tab');
+    if (await target.evaluate((el) => el === document.activeElement)) return;
+  }
+  throw new Error(`${target} is not reached in ${most} presses of ${back ? 'Shift+Tab' : 'Tab'}`);
+}
+
+test('a rule is created, edited, cancelled and deleted with the keyboard alone, and the focus follows', async ({
+  page, browserErrors,
+}) => {
+  await signIn(page, OPERATOR, OPERATOR_PASSWORD);
+  const t = await tenantWithAdmin(page, unique('keyboard'));
+  await signOut(page);
+  await signIn(page, t.email, ADMIN_PASSWORD);
+  await page.goto(`/tenants/${t.id}/rules`);
+  await waitForHydration(page);
+
+  // The first Tab reaches the skip link, which goes past the header.
+  await page.keyboard.press('Tab');
+  await expect(page.getByRole('link', { name: 'Skip to content' })).toBeFocused();
+  await page.keyboard.press('Enter');
+  await expect(page.locator('main')).toBeFocused();
+  // A few presses on, "Create a rule" takes the focus to the form's first field.
+  await tabTo(page, page.getByTestId('new-rule-link'), 10);
+  await page.keyboard.press('Enter');
+  await expect(page.getByLabel('Name', { exact: true })).toBeFocused();
+
+  await page.keyboard.type('payments');
+  await page.keyboard.press('Tab');
+  await expect(page.getByLabel('Applies to', { exact: true })).toBeFocused();
+  await page.keyboard.press('Tab');
+  await expect(page.getByLabel('Route', { exact: true })).toBeFocused();
+  await page.keyboard.type('post /payments');
+  await expect(page.getByTestId('route-normal')).toContainText('POST /payments');
+  await tabTo(page, page.getByLabel('Limit', { exact: true }), 5);
+  await page.keyboard.press('Control+A');
+  await page.keyboard.type('3');
+  // Enter in a field submits the form; the focus goes to what the page says about it.
+  await page.keyboard.press('Enter');
+  const saved = page.getByTestId('rule-saved');
+  await expect(saved).toHaveText('Saved rule payments.');
+  await expect(saved).toBeFocused();
+  const row = page.getByTestId('rule-row').filter({ hasText: 'payments' });
+  await expect(row).toContainText('POST /payments');
+  await expect(row).toContainText('3 / 1 s');
+
+  // Edit takes the focus to the form, filled in; Escape leaves the edit and gives the focus back.
+  const edit = row.getByTestId('edit-rule');
+  await tabTo(page, edit, 40, true);
+  await page.keyboard.press('Enter');
+  await expect(page.getByRole('heading', { name: 'Edit rule' })).toBeVisible();
+  await expect(page.getByLabel('Name', { exact: true })).toBeFocused();
+  await expect(page.getByLabel('Name', { exact: true })).toHaveValue('payments');
+  await page.keyboard.press('Escape');
+  await expect(page.getByRole('heading', { name: 'Create a rule' })).toBeVisible();
+  await expect(page.getByLabel('Name', { exact: true })).toHaveValue('');
+  await expect(edit).toBeFocused();
+
+  // Edit again, change the limit, save.
+  await page.keyboard.press('Enter');
+  await expect(page.getByLabel('Name', { exact: true })).toBeFocused();
+  await tabTo(page, page.getByLabel('Limit', { exact: true }), 8);
+  await page.keyboard.press('Control+A');
+  await page.keyboard.type('5');
+  await page.keyboard.press('Enter');
+  await expect(saved).toBeFocused();
+  await expect(row).toContainText('5 / 1 s');
+
+  // Delete asks first and its "Yes" takes the focus; Escape cancels and gives the focus back.
+  const remove = row.getByTestId('delete-rule');
+  await tabTo(page, remove, 40, true);
+  await page.keyboard.press('Enter');
+  await expect(page.getByTestId('delete-rule-confirm')).toBeFocused();
+  await page.keyboard.press('Escape');
+  await expect(remove).toBeFocused();
+  await page.keyboard.press('Enter');
+  await page.keyboard.press('Enter');
+  await expect(page.getByTestId('no-rules')).toBeVisible();
+  // The row is gone: the focus is on the list's heading, not lost to the page.
+  await expect(page.getByRole('heading', { name: 'Rules', exact: true })).toBeFocused();
+  expect(browserErrors).toEqual([]);
+});
