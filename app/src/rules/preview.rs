@@ -103,7 +103,7 @@ impl Traffic {
         let mut duration_ms = spec.period_ms.saturating_mul(3).max(10_000);
         let per_ms = rate / unit.ms as f64;
         if per_ms > 0.0 && per_ms * duration_ms as f64 > (MAX_REQUESTS / 2) as f64 {
-            duration_ms = ((MAX_REQUESTS / 2) as f64 / per_ms).max(1000.0) as u64;
+            duration_ms = ((MAX_REQUESTS / 2) as f64 / per_ms).max(1.0) as u64;
         }
         Traffic {
             shape,
