@@ -194,7 +194,7 @@ async fn rest_and_the_console_send_the_same_json_for_a_tenant_a_rule_and_a_key()
     assert_eq!(rest_tenant, console_tenant);
     assert_eq!(rest_rules, console_rules);
     // Each says when it was listed (the moment its state is as of); all else is the same.
-    let unlisted = |mut keys: serde_json::Value| {
+    let unlisted = |mut keys: Value| {
         for key in keys.as_array_mut().unwrap() {
             assert!(key["listed_at"].as_i64().unwrap() >= key["created_at"].as_i64().unwrap());
             key.as_object_mut().unwrap().remove("listed_at");
