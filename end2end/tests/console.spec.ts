@@ -6,7 +6,7 @@ import { execFileSync, execSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import {
-  test, expect, signIn, signOut, waitForHydration, serverFn, tenantWithAdmin, unique,
+  test, expect, signIn, signOut, waitForHydration, serverFn, tenantWithAdmin, unique, signedInAsNewTenantAdmin,
   OPERATOR, OPERATOR_PASSWORD, ADMIN_PASSWORD,
 } from './fixtures';
 import type { APIRequestContext, Page, Request } from '@playwright/test';
@@ -882,10 +882,7 @@ test('on a page without clipboard access a new key is selected for copying by ha
 test('keys: an expiry when made, a command ready to paste, grace in hours with the time left, which key replaced which, and a filter', async ({
   page, browserErrors,
 }) => {
-  await signIn(page, OPERATOR, OPERATOR_PASSWORD);
-  const t = await tenantWithAdmin(page, unique('keys-ux'));
-  await signOut(page);
-  await signIn(page, t.email, ADMIN_PASSWORD);
+  const t = await signedInAsNewTenantAdmin(page, 'keys-ux');
   await page.goto(`/tenants/${t.id}/keys`);
   await waitForHydration(page);
 

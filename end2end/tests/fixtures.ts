@@ -82,4 +82,13 @@ export async function tenantWithAdmin(page: Page, name: string): Promise<{ id: s
   return { id, email };
 }
 
+/** A new tenant and its admin, made by the operator; then signed in as that admin. */
+export async function signedInAsNewTenantAdmin(page: Page, name: string): Promise<{ id: string; email: string }> {
+  await signIn(page, OPERATOR, OPERATOR_PASSWORD);
+  const t = await tenantWithAdmin(page, unique(name));
+  await signOut(page);
+  await signIn(page, t.email, ADMIN_PASSWORD);
+  return t;
+}
+
 export { expect };

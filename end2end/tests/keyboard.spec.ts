@@ -1,9 +1,6 @@
 // The rules form with the keyboard alone: no click and no mouse, every step by Tab, Enter,
 // typing and Escape, with the focus where the user needs it after each one.
-import {
-  test, expect, signIn, signOut, waitForHydration, tenantWithAdmin, unique,
-  OPERATOR, OPERATOR_PASSWORD, ADMIN_PASSWORD,
-} from './fixtures';
+import { test, expect, waitForHydration, signedInAsNewTenantAdmin } from './fixtures';
 import type { Locator, Page } from '@playwright/test';
 
 /** Presses Tab (Shift+Tab when `back`) until `target` has the focus; fails after `most` presses. */
@@ -18,10 +15,7 @@ async function tabTo(page: Page, target: Locator, most: number, back = false) {
 test('a rule is created, edited, cancelled and deleted with the keyboard alone, and the focus follows', async ({
   page, browserErrors,
 }) => {
-  await signIn(page, OPERATOR, OPERATOR_PASSWORD);
-  const t = await tenantWithAdmin(page, unique('keyboard'));
-  await signOut(page);
-  await signIn(page, t.email, ADMIN_PASSWORD);
+  const t = await signedInAsNewTenantAdmin(page, 'keyboard');
   await page.goto(`/tenants/${t.id}/rules`);
   await waitForHydration(page);
 

@@ -54,6 +54,9 @@ impl KeyKind {
 pub const KEY_BYTES: usize = 32;
 /// Characters of a key kept for display (its kind prefix and a few random characters).
 pub const DISPLAY_CHARS: usize = 12;
+/// The longest grace period of a rotation: 30 days (the server refuses more; the console's
+/// form says so before sending).
+pub const MAX_GRACE_SECONDS: u64 = 30 * 86_400;
 
 /// Builds a key of `kind` from 32 random bytes.
 pub fn format_key(kind: KeyKind, random: &[u8; KEY_BYTES]) -> String {

@@ -4,7 +4,9 @@
 use leptos::ev::SubmitEvent;
 use leptos::prelude::*;
 
-use super::{CreateKey, GeneratedKey, KeyInfo, KeyKind, KeyState, RevokeKey, RotateKey};
+use super::{
+    CreateKey, GeneratedKey, KeyInfo, KeyKind, KeyState, RevokeKey, RotateKey, MAX_GRACE_SECONDS,
+};
 use crate::tenants::view::TenantTabs;
 use crate::ui::{format_maybe, format_utc, human_ms, use_tenant, ConfirmButton, ErrorNote};
 
@@ -15,8 +17,6 @@ const GRACE_UNITS: [(&str, u64); 4] = [
     ("hours", 3600),
     ("days", 86_400),
 ];
-/// The longest grace period the server accepts: 30 days.
-const MAX_GRACE_SECONDS: u64 = 30 * 86_400;
 
 /// The lifetimes a new key may be given.
 const LIFETIMES: [(&str, Option<u64>); 6] = [

@@ -746,6 +746,14 @@ fn RuleRow(
         view! { <ConfirmButton label=label.into() question=question on_confirm=toggle_shadow testid="toggle-shadow"/> }
     });
     let mode_id = format!("failure-{}", rule.id);
+    // No change after all: the question goes, and the focus goes back to the select.
+    let cancel_mode = Callback::new({
+        let mode_id = mode_id.clone();
+        move |()| {
+            picked.set(None);
+            focus_soon(mode_id.clone());
+        }
+    });
     view! {
         <tr data-testid="rule-row" data-name=name.clone()>
             <td><strong>{name.clone()}</strong></td>
@@ -758,7 +766,7 @@ fn RuleRow(
             </td>
             <td>
                 <label class="visually-hidden" for=mode_id.clone()>{format!("If the limiter is down, rule {name}")}</label>
-                <select id=mode_id.clone() data-testid="failure-mode"
+                <select id=mode_id data-testid="failure-mode"
                     title="What a check answers when the limiter cannot decide"
                     prop:value=move || picked.get().unwrap_or(current_mode).as_str()
                     on:change=move |ev| {
@@ -773,25 +781,13 @@ fn RuleRow(
                 </select>
                 {move || picked.get().map(|mode| view! {
                     <span class="confirm" role="group" data-testid="failure-question"
-                        on:keydown={
-                            let mode_id = mode_id.clone();
-                            move |ev: leptos::ev::KeyboardEvent| if ev.key() == "Escape" {
-                                picked.set(None);
-                                focus_soon(mode_id.clone());
-                            }
-                        }>
+                        on:keydown=move |ev: leptos::ev::KeyboardEvent| if ev.key() == "Escape" { cancel_mode.run(()) }>
                         <span class="question">{format!(
                             "When the limiter is down, {} instead of {}?",
                             failure_words(mode), failure_words(current_mode)
                         )}</span>
                         <button type="button" data-testid="failure-confirm" node_ref=mode_yes on:click=move |_| confirm_mode.run(())>"Yes, change"</button>
-                        <button type="button" class="secondary" on:click={
-                            let mode_id = mode_id.clone();
-                            move |_| {
-                                picked.set(None);
-                                focus_soon(mode_id.clone());
-                            }
-                        }>"Cancel"</button>
+                        <button type="button" class="secondary" on:click=move |_| cancel_mode.run(())>"Cancel"</button>
                     </span>
                 })}
             </td>

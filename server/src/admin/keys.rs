@@ -12,8 +12,7 @@ use crate::propagation::Change;
 use crate::store;
 use crate::store::keys::{ApiKey, NewKey};
 
-/// The longest grace period of a rotation: 30 days.
-pub const MAX_GRACE_SECONDS: u64 = 30 * 86_400;
+pub use app::keys::MAX_GRACE_SECONDS;
 
 /// A key to register: the client generated it and sends only its hash and display prefix.
 #[derive(Debug, Clone, Deserialize)]
