@@ -921,6 +921,11 @@ test('keys: an expiry when made, a command ready to paste, grace in hours with t
   await expect(fresh).toContainText('at most 30 days');
   await expect(fresh.getByTestId('rotate-confirm')).toBeDisabled();
   await fresh.getByRole('button', { name: 'Cancel' }).click();
+  // Opened again, the form shows the unit it will send (days), not its first default.
+  await fresh.getByTestId('rotate').click();
+  await expect(fresh.getByTestId('grace-unit')).toHaveValue('86400');
+  await expect(fresh).toContainText('at most 30 days');
+  await fresh.getByRole('button', { name: 'Cancel' }).click();
 
   // The filter: part of a name, and working keys only.
   const other = await generateKey(page, 'check', 'search-service');

@@ -71,13 +71,24 @@ impl Link {
 /// time since the last frame.
 fn link_status(link: Link, silent_ms: f64) -> (&'static str, String) {
     match link {
-        Link::Live if silent_ms > STALE_MS => (
-            "stale",
-            format!(
-                "no update for {} s: the server may be busy or unreachable",
-                (silent_ms / 1000.0).floor()
-            ),
-        ),
+        // The words change in steps, not every second: the badge is a live region, and a
+        // screen reader would otherwise read it out at each tick.
+        Link::Live if silent_ms > STALE_MS => {
+            let step = [5.0, 10.0, 30.0, 60.0, 300.0]
+                .into_iter()
+                .rev()
+                .find(|s| silent_ms >= s * 1000.0)
+                .unwrap_or(STALE_MS / 1000.0);
+            let time = if step >= 60.0 {
+                format!("{} min", step / 60.0)
+            } else {
+                format!("{step} s")
+            };
+            (
+                "stale",
+                format!("no update for over {time}: the server may be busy or unreachable"),
+            )
+        }
         other => (other.as_str(), other.label().to_owned()),
     }
 }
@@ -235,7 +246,15 @@ mod tests {
         assert_eq!(link_status(Link::Live, 900.0).0, "live");
         let (status, words) = link_status(Link::Live, 5_200.0);
         assert_eq!(status, "stale");
-        assert!(words.starts_with("no update for 5 s"), "{words}");
+        assert!(words.starts_with("no update for over 5 s"), "{words}");
+        // Said again only at the next step, so a screen reader is not told every second.
+        assert_eq!(link_status(Link::Live, 9_900.0).1, words);
+        assert!(link_status(Link::Live, 3_600.0)
+            .1
+            .starts_with("no update for over 3.5 s"));
+        assert!(link_status(Link::Live, 61_000.0)
+            .1
+            .starts_with("no update for over 1 min"));
         assert_eq!(link_status(Link::Reconnecting, 60_000.0).0, "reconnecting");
         assert_eq!(link_status(Link::Stopped, 0.0).0, "stopped");
     }

@@ -337,10 +337,13 @@ fn KeyRow(
                             <input id=grace_id.clone() class="short" inputmode="numeric" data-testid="grace-amount"
                                 aria-invalid=move || grace_problem().is_some().to_string()
                                 prop:value=grace on:input=move |ev| set_grace.set(event_target_value(&ev))/>
+                            // The select shows the unit the signal holds, also when the form is
+                            // opened again after a Cancel.
                             <select aria-label="Grace period unit" data-testid="grace-unit"
+                                prop:value=move || grace_unit.get().to_string()
                                 on:change=move |ev| set_grace_unit.set(event_target_value(&ev).parse().unwrap_or(3600))>
                                 {GRACE_UNITS.into_iter().map(|(name, seconds)| view! {
-                                    <option value=seconds.to_string() selected=seconds == 3600>{name}</option>
+                                    <option value=seconds.to_string() selected=move || grace_unit.get() == seconds>{name}</option>
                                 }).collect_view()}
                             </select>
                             <span class="field-error" role="status">{grace_problem}</span>

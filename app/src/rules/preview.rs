@@ -125,7 +125,7 @@ impl Traffic {
         let units = d / self.unit.ms as f64;
         let total = match self.shape {
             Shape::Steady => self.rate * units,
-            Shape::Bursty => self.rate.round() * units.ceil(),
+            Shape::Bursty => self.rate * units,
             Shape::Ramp => self.rate * units / 2.0,
         };
         if total > MAX_REQUESTS as f64 {
@@ -142,48 +142,64 @@ impl Traffic {
                 times.extend((0..n).map(|k| k as f64 * d / n as f64));
             }
             Shape::Bursty => {
-                let per_unit = self.rate.round() as u64;
-                let mut at = 0.0;
-                while at < d {
-                    times.extend((0..per_unit).map(|_| at));
-                    at += self.unit.ms as f64;
+                // Unit i's burst brings the requests due by the end of that unit (or of the
+                // run, in a last unit the run ends inside) less those already sent, so a
+                // fractional rate (0.6 a minute) keeps its average and a short last unit
+                // gets a short burst, not a whole one.
+                let unit_ms = self.unit.ms as f64;
+                let due = |units: f64| (self.rate * units).round() as u64;
+                let mut sent = 0;
+                let mut i = 0_u64;
+                while (i as f64) * unit_ms < d {
+                    let end = ((i + 1) as f64 * unit_ms).min(d) / unit_ms;
+                    let burst = due(end).saturating_sub(sent);
+                    times.extend((0..burst).map(|_| i as f64 * unit_ms));
+                    sent += burst;
+                    i += 1;
                 }
             }
             Shape::Ramp => {
                 // The count by time t is rate·t²/(2d) (in units): the k-th request arrives
-                // at sqrt(2·k·d/rate).
-                let mut k = 0.0_f64;
-                loop {
-                    let t = (2.0 * k * units / self.rate).sqrt() * self.unit.ms as f64;
+                // at sqrt(2·k·d/rate). Bounded by the total, whatever the rounding.
+                let most = total.ceil() as u64 + 1;
+                for k in 0..most {
+                    let t = (2.0 * k as f64 * units / self.rate).sqrt() * self.unit.ms as f64;
                     if t >= d {
                         break;
                     }
                     times.push(t);
-                    k += 1.0;
                 }
             }
         }
         Ok(times)
     }
 
-    /// The width of one point on the time axis. Steady traffic gets a whole number of
-    /// arrivals in each (at least a few), and bursty traffic a whole number of bursts, so
-    /// that a steady load is drawn flat rather than as the sawtooth of arrivals split
-    /// unevenly between points.
-    fn bucket_ms(&self, arrivals: usize) -> f64 {
+    /// The width of one point on the time axis and how many points there are. Steady
+    /// traffic gets a whole number of arrivals in each (at least a few), and bursty traffic a
+    /// whole number of bursts, so that a steady load is drawn flat rather than as the
+    /// sawtooth of arrivals split unevenly between points. The count is worked out in whole
+    /// numbers, so float rounding never adds an empty or sliver-wide last point.
+    fn points(&self, arrivals: usize) -> (f64, usize) {
         let d = self.duration_ms as f64;
         match self.shape {
             Shape::Steady if arrivals > 0 => {
                 let n = arrivals as u64;
                 let few = (n / 6).clamp(1, 10);
-                let per_bucket = n.div_ceil(BUCKETS).max(few);
-                per_bucket as f64 * d / n as f64
+                let per_point = n.div_ceil(BUCKETS).max(few);
+                (
+                    per_point as f64 * d / n as f64,
+                    n.div_ceil(per_point) as usize,
+                )
             }
             Shape::Bursty => {
-                let units = self.duration_ms.div_ceil(self.unit.ms);
-                units.div_ceil(BUCKETS) as f64 * self.unit.ms as f64
+                let units = self.duration_ms.div_ceil(self.unit.ms).max(1);
+                let per_point = units.div_ceil(BUCKETS);
+                (
+                    per_point as f64 * self.unit.ms as f64,
+                    units.div_ceil(per_point) as usize,
+                )
             }
-            _ => d / BUCKETS as f64,
+            _ => (d / BUCKETS as f64, BUCKETS as usize),
         }
     }
 }
@@ -247,8 +263,7 @@ pub fn run(spec: &LimitSpec, traffic: &Traffic) -> Result<Series, String> {
         return Err(problem.to_string());
     }
     let arrivals = traffic.arrivals()?;
-    let bucket_ms = traffic.bucket_ms(arrivals.len());
-    let buckets = (traffic.duration_ms as f64 / bucket_ms).ceil().max(1.0) as usize;
+    let (bucket_ms, buckets) = traffic.points(arrivals.len());
     let mut series = Series {
         unit: traffic.unit,
         bucket_ms,
@@ -263,12 +278,10 @@ pub fn run(spec: &LimitSpec, traffic: &Traffic) -> Result<Series, String> {
         let now = start + t as i64;
         let eval = model::evaluate(spec, state.as_ref(), now, 1);
         // A tiny allowance keeps an arrival that falls on a point's edge in the later point,
-        // whatever the rounding of the division.
-        let bucket = (t / bucket_ms + 1e-9).floor() as usize;
-        let Some(offered) = series.offered.get_mut(bucket) else {
-            continue;
-        };
-        *offered += 1;
+        // whatever the rounding of the division; the last point takes any arrival the
+        // rounding would put past it.
+        let bucket = ((t / bucket_ms + 1e-9).floor() as usize).min(buckets - 1);
+        series.offered[bucket] += 1;
         if eval.decision.allowed() {
             series.admitted[bucket] += 1;
         }
@@ -279,7 +292,7 @@ pub fn run(spec: &LimitSpec, traffic: &Traffic) -> Result<Series, String> {
     Ok(series)
 }
 
-/// Draws `series` as an SVG line chart of offered and admitted requests per second.
+/// Draws `series` as an SVG line chart of offered and admitted requests per unit of time (the series' own unit).
 #[cfg(feature = "hydrate")]
 pub fn render_svg(series: &Series) -> Result<String, String> {
     use plotters::prelude::*;
@@ -384,7 +397,15 @@ mod tests {
     fn a_steady_load_is_drawn_flat_at_any_rate() {
         // 20/s over 10 s once drew as a sawtooth: 3 and 4 arrivals in alternate points.
         let spec = LimitSpec::new(Algorithm::TokenBucket, 1_000, 1000);
-        for (rate, seconds) in [(20.0, 10), (7.0, 13), (2.5, 30), (333.0, 10), (0.4, 100)] {
+        // 19/s over 30 s once ended in an empty point, by float rounding of the point count.
+        for (rate, seconds) in [
+            (20.0, 10),
+            (7.0, 13),
+            (2.5, 30),
+            (333.0, 10),
+            (0.4, 100),
+            (19.0, 30),
+        ] {
             let series = run(&spec, &traffic(Shape::Steady, rate, seconds)).unwrap();
             for (i, (_, r)) in series.rates(&series.offered).into_iter().enumerate() {
                 assert!(
@@ -458,6 +479,44 @@ mod tests {
         assert!((99..=101).contains(&offered), "{offered}");
         // The ramp's first point offers less than its last.
         assert!(ramp.offered[0] < ramp.offered[ramp.offered.len() - 1]);
+    }
+
+    #[test]
+    fn every_shape_ends_with_a_real_point_and_keeps_a_fractional_rate() {
+        let spec = LimitSpec::new(Algorithm::FixedWindow, 1_000, 1000);
+        // A ramp's every point has a finite rate: no arrival lands in a sliver-wide point.
+        for (rate, millis) in [(20.0, 10_000), (7.3, 12_345), (333.0, 9_999)] {
+            let ramp = Traffic {
+                duration_ms: millis,
+                ..traffic(Shape::Ramp, rate, 0)
+            };
+            let series = run(&spec, &ramp).unwrap();
+            assert_eq!(series.offered.len(), BUCKETS as usize);
+            assert!(series.peak_rate().is_finite(), "{series:?}");
+        }
+        // Bursts of 20/s over 10.5 s: the half second at the end brings 10, drawn at 20/s.
+        let bursty = Traffic {
+            duration_ms: 10_500,
+            ..traffic(Shape::Bursty, 20.0, 0)
+        };
+        let series = run(&spec, &bursty).unwrap();
+        assert_eq!(series.total_offered(), 210);
+        assert_eq!(series.offered.last(), Some(&10));
+        for (_, r) in series.rates(&series.offered) {
+            assert!((r - 20.0).abs() < 1e-6, "{series:?}");
+        }
+        // 0.6 a minute in bursts keeps its average (it was rounded to 1 a minute), and
+        // 0.3 a minute is not rounded to nothing.
+        let minute = TimeUnit::for_period(60_000);
+        for (rate, expected) in [(0.6, 18), (0.3, 9)] {
+            let slow = Traffic {
+                shape: Shape::Bursty,
+                rate,
+                unit: minute,
+                duration_ms: 30 * 60_000,
+            };
+            assert_eq!(run(&spec, &slow).unwrap().total_offered(), expected);
+        }
     }
 
     #[test]

@@ -9,7 +9,7 @@ use super::preview::{self, Shape, Traffic};
 use super::{
     normal_route, Algorithm, DeleteOverride, DeleteRule, DescriptorEntry, FailureMode, FieldError,
     ImportEnvoy, ImportPreview, MatchKind, OverrideBody, RuleBody, RuleInfo, RulesForRoute,
-    SaveRule, Scope, SetOverride, MAX_IMPORT_BYTES, MAX_LIMIT, MAX_PERIOD_MS,
+    SaveRule, Scope, SetOverride, MAX_IMPORT_BYTES, MAX_PERIOD_MS,
 };
 use crate::error::AppError;
 use crate::tenants::view::TenantTabs;
@@ -110,8 +110,9 @@ fn whole(field: &str, text: &str) -> Result<u64, FieldError> {
     if !text.bytes().all(|b| b.is_ascii_digit()) {
         return Err(problem("must be a whole number".into()));
     }
-    text.parse::<u64>()
-        .map_err(|_| problem(format!("must be at most {MAX_LIMIT}")))
+    // Only digits: a number too big for u64 is read as the largest, so that the rule's own
+    // range check says what is wrong in the field's terms (a period in the unit picked).
+    Ok(text.parse::<u64>().unwrap_or(u64::MAX))
 }
 
 /// A problem as the form says it: periods in the unit the user picked, not in milliseconds.
@@ -1329,9 +1330,16 @@ fn Chart(series: preview::Series, live: ReadSignal<bool>) -> impl IntoView {
         }
         #[cfg(feature = "hydrate")]
         {
+            let label = format!(
+                "Offered and admitted requests per {} over time",
+                series.unit.name
+            );
             match preview::render_svg(&series) {
-                Ok(svg) => view! { <div class="chart" data-testid="preview-chart" role="img" tabindex="0"
-                    aria-label="Offered and admitted requests per second over time" inner_html=svg></div> }.into_any(),
+                Ok(svg) => {
+                    view! { <div class="chart" data-testid="preview-chart" role="img" tabindex="0"
+                    aria-label=label inner_html=svg></div> }
+                    .into_any()
+                }
                 Err(e) => view! { <p class="error">{e}</p> }.into_any(),
             }
         }
@@ -1354,8 +1362,8 @@ mod tests {
         assert_eq!(said("-3"), "must be at least 1");
         assert_eq!(said("3x"), "must be a whole number");
         assert_eq!(said("2.5"), "must be a whole number");
-        // Only too big, not "not a whole number".
-        assert_eq!(said("99999999999999999999"), "must be at most 1000000000");
+        // Only too big, not "not a whole number": the range check of the field says more.
+        assert_eq!(whole("limit", "99999999999999999999").unwrap(), u64::MAX);
         assert_eq!(whole("limit", " 42 ").unwrap(), 42);
     }
 
@@ -1372,6 +1380,22 @@ mod tests {
         assert!(in_form_units(too_long, 86_400_000)
             .message
             .ends_with("at most 366 days"));
+        // A period typed too big for any number (read as the largest) is refused the same way.
+        let period = whole("period_ms", "99999999999999999999").unwrap();
+        let spec = crate::rules::LimitSpec::new(
+            crate::rules::Algorithm::FixedWindow,
+            10,
+            period.saturating_mul(3_600_000),
+        );
+        let said = spec
+            .problems()
+            .into_iter()
+            .find(|p| p.field == "period_ms")
+            .unwrap();
+        assert_eq!(
+            in_form_units(said, 3_600_000).message,
+            "must be from 1 ms to 366 days: at most 8784 hours"
+        );
         let other = FieldError::new("limit", "must be at least 1");
         assert_eq!(in_form_units(other.clone(), 1000), other);
         assert_eq!(short_number(20.0), "20");
