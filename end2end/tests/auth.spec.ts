@@ -1,4 +1,4 @@
-import { test, expect, waitForHydration } from './fixtures';
+import { test, expect, waitForHydration, signIn, signedInAsNewTenantAdmin, ADMIN_PASSWORD } from './fixtures';
 
 const EMAIL = 'admin@localhost';
 const PASSWORD = 'e2e operator password';
@@ -42,4 +42,51 @@ test('sign-in, a wrong password, and sign-out that really ends the session', asy
   await page.context().addCookies([session!]);
   await page.goto('/account');
   await expect(page.getByTestId('not-signed-in')).toBeVisible();
+});
+
+test('a tenant admin changes their password: the current one is needed, and the session elsewhere ends', async ({
+  page, browser,
+}) => {
+  // No browserErrors here: the refused change is a 400 the browser logs, as intended.
+  const t = await signedInAsNewTenantAdmin(page, 'password');
+  // The same admin, signed in on another device.
+  const elsewhere = await (await browser.newContext()).newPage();
+  await signIn(elsewhere, t.email, ADMIN_PASSWORD);
+  await elsewhere.goto(`/tenants/${t.id}/keys`);
+  await expect(elsewhere.getByRole('heading', { name: 'Keys', exact: true })).toBeVisible();
+
+  await page.goto('/account');
+  await waitForHydration(page);
+  const current = page.getByLabel('Current password');
+  const fresh = page.getByLabel('New password');
+  // Too short is said while typing; a wrong current password is refused and changes nothing.
+  await fresh.fill('short');
+  await expect(fresh).toHaveAccessibleDescription('at least 12 characters (5 so far)');
+  const newPassword = 'a new and longer passphrase';
+  await current.fill('not my password');
+  await fresh.fill(newPassword);
+  await page.getByTestId('change-password').click();
+  await expect(page.getByTestId('password-error')).toContainText('is not your current password');
+  await elsewhere.reload();
+  await expect(elsewhere.getByRole('heading', { name: 'Keys', exact: true })).toBeVisible();
+
+  // With the current password (Enter submits): changed, and the other session has ended.
+  await current.fill(ADMIN_PASSWORD);
+  await fresh.fill(newPassword);
+  await fresh.press('Enter');
+  await expect(page.getByTestId('password-changed')).toHaveText('Password changed; 1 other session ended.');
+  await expect(current).toHaveValue('');
+  // This session goes on.
+  await page.goto(`/tenants/${t.id}/rules`);
+  await expect(page.getByTestId('nav-account')).toHaveText(t.email);
+  // The other one's next page sends it to sign in, where the old password no longer works.
+  await elsewhere.goto(`/tenants/${t.id}/keys`);
+  await expect(elsewhere).toHaveURL(/\/sign-in/);
+  await waitForHydration(elsewhere);
+  await elsewhere.getByLabel('Email').fill(t.email);
+  await elsewhere.getByLabel('Password').fill(ADMIN_PASSWORD);
+  await elsewhere.getByRole('button', { name: 'Sign in' }).click();
+  await expect(elsewhere.getByTestId('sign-in-error')).toContainText('wrong email or password');
+  await signIn(elsewhere, t.email, newPassword);
+  await elsewhere.context().close();
 });

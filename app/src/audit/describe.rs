@@ -153,6 +153,25 @@ pub fn describe(action: &str, detail: &str) -> String {
             text(&d["grace_seconds"])
         ),
         "key.revoke" => format!("revoked key {}", text(&d["prefix"])),
+        "user.password" => match d["sessions_ended"].as_u64() {
+            // The session that changed it counts among those ended (it goes on re-keyed).
+            Some(n) if n > 1 => format!(
+                "{} changed their password; {} other sessions ended",
+                text(&d["email"]),
+                n - 1
+            ),
+            _ => format!("{} changed their password", text(&d["email"])),
+        },
+        "user.sign_in" => format!(
+            "{} signed in from {}",
+            text(&d["email"]),
+            text(&d["client"])
+        ),
+        "user.sign_in_failed" => format!(
+            "a sign-in as {} from {} failed: wrong email or password",
+            text(&d["email"]),
+            text(&d["client"])
+        ),
         other => other.to_owned(),
     }
 }
@@ -190,6 +209,21 @@ mod tests {
                 "set the limit of acme-* under rule per-user to 3 (was 2)",
             ),
             ("key.revoke", r#"{"prefix":"sl_chk_ab12"}"#.to_owned(), "revoked key sl_chk_ab12"),
+            (
+                "user.password",
+                r#"{"email":"ana@example.com","sessions_ended":3}"#.to_owned(),
+                "ana@example.com changed their password; 2 other sessions ended",
+            ),
+            (
+                "user.password",
+                r#"{"email":"ana@example.com","sessions_ended":1}"#.to_owned(),
+                "ana@example.com changed their password",
+            ),
+            (
+                "user.sign_in_failed",
+                r#"{"email":"ana@example.com","client":"192.0.2.7"}"#.to_owned(),
+                "a sign-in as ana@example.com from 192.0.2.7 failed: wrong email or password",
+            ),
             ("something.new", "not json".to_owned(), "something.new"),
         ];
         for (action, detail, said) in cases {

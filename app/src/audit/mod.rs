@@ -11,12 +11,15 @@ use serde::{Deserialize, Serialize};
 use crate::error::AppError;
 
 /// Every action the audit log records.
-pub const ACTIONS: [&str; 15] = [
+pub const ACTIONS: [&str; 18] = [
     "tenant.create",
     "tenant.suspend",
     "tenant.resume",
     "tenant.quotas",
     "user.create",
+    "user.password",
+    "user.sign_in",
+    "user.sign_in_failed",
     "rule.create",
     "rule.update",
     "rule.delete",

@@ -91,6 +91,11 @@ pub trait AuthPort: Send + Sync + 'static {
 
     /// The user of the current request's session.
     async fn current_user(&self) -> Result<Option<SignedInUser>, AppError>;
+
+    /// Sets the session's user's password to `new` once `current` is theirs, and ends every
+    /// other session of that user; this one goes on under a new id. Returns how many other
+    /// sessions ended.
+    async fn change_password(&self, current: &str, new: &str) -> Result<u64, AppError>;
 }
 
 /// Signs in; a wrong email or password gets [`AppError::Invalid`] with a clear message.
@@ -111,6 +116,18 @@ pub async fn sign_out() -> Result<(), AppError> {
 #[server(prefix = "/api", endpoint = "me")]
 pub async fn current_user() -> Result<Option<SignedInUser>, AppError> {
     crate::context::port::<dyn AuthPort>()?.current_user().await
+}
+
+/// Changes the signed-in user's own password (the current one is required) and ends their
+/// other sessions; answers how many ended.
+#[server(prefix = "/api", endpoint = "account/password")]
+pub async fn change_password(
+    current_password: String,
+    new_password: String,
+) -> Result<u64, AppError> {
+    crate::context::port::<dyn AuthPort>()?
+        .change_password(&current_password, &new_password)
+        .await
 }
 
 /// Whether `next` (already percent-decoded) is a path on this site to return to after
@@ -199,6 +216,7 @@ pub fn AccountPage() -> impl IntoView {
                         <ActionForm action=sign_out>
                             <button type="submit" data-testid="sign-out">"Sign out"</button>
                         </ActionForm>
+                        <PasswordForm/>
                     }.into_any(),
                     Ok(None) => view! {
                         <p data-testid="not-signed-in">"You are not signed in. " <a href="/sign-in">"Sign in"</a></p>
@@ -207,6 +225,60 @@ pub fn AccountPage() -> impl IntoView {
                 })}
             </Transition>
         </section>
+    }
+}
+
+/// Changing one's own password: the current one, then a new one of at least
+/// [`crate::tenants::MIN_PASSWORD_CHARS`] characters. Afterwards every other session of the
+/// user has ended.
+#[component]
+fn PasswordForm() -> impl IntoView {
+    let action = ServerAction::<ChangePassword>::new();
+    let (current, set_current) = signal(String::new());
+    let (new_password, set_new_password) = signal(String::new());
+    let min = crate::tenants::MIN_PASSWORD_CHARS;
+    let short = move || {
+        let typed = new_password.with(|p| p.chars().count());
+        (typed > 0 && typed < min).then(|| format!("at least {min} characters ({typed} so far)"))
+    };
+    let outcome = move || {
+        action.value().get().map(|result| match result {
+            Ok(ended) => {
+                let others = match ended {
+                    0 => "no other session was open".to_owned(),
+                    1 => "1 other session ended".to_owned(),
+                    n => format!("{n} other sessions ended"),
+                };
+                view! { <p class="ok" role="status" data-testid="password-changed">{format!("Password changed; {others}.")}</p> }.into_any()
+            }
+            Err(e) => view! { <p class="error" role="alert" data-testid="password-error">{e.to_string()}</p> }.into_any(),
+        })
+    };
+    // A changed password clears the form.
+    Effect::new(move |_| {
+        if let Some(Ok(_)) = action.value().get() {
+            set_current.set(String::new());
+            set_new_password.set(String::new());
+        }
+    });
+    view! {
+        <h2 id="password-title">"Change your password"</h2>
+        <ActionForm action=action attr:aria-labelledby="password-title" attr:data-testid="password-form">
+            <div class="fields">
+                <label for="current-password">"Current password"</label>
+                <input id="current-password" name="current_password" type="password"
+                    autocomplete="current-password" required
+                    prop:value=current on:input=move |ev| set_current.set(event_target_value(&ev))/>
+                <label for="new-password">"New password"</label>
+                <input id="new-password" name="new_password" type="password" autocomplete="new-password"
+                    required minlength=min.to_string() aria-describedby="new-password-hint"
+                    prop:value=new_password on:input=move |ev| set_new_password.set(event_target_value(&ev))/>
+                <span class="field-error" id="new-password-hint">{short}</span>
+            </div>
+            <p class="muted">"Your other sessions end at once, on every instance; this one goes on."</p>
+            <button type="submit" data-testid="change-password" disabled=move || action.pending().get()>"Change password"</button>
+        </ActionForm>
+        {outcome}
     }
 }
 

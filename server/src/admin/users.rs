@@ -22,7 +22,82 @@ fn check_email(email: &str) -> Result<String, ServiceError> {
     Ok(email)
 }
 
+/// The hash of a new password, once it is long enough (`field` names it in the problem).
+async fn hash_new_password(field: &str, password: &str) -> Result<String, ServiceError> {
+    let min = crate::passwords::MIN_PASSWORD_CHARS;
+    if password.chars().count() < min {
+        return Err(invalid(
+            field,
+            format!("must have at least {min} characters"),
+        ));
+    }
+    crate::passwords::hash(password.to_owned())
+        .await
+        .map_err(|e| ServiceError::Internal(e.to_string()))
+}
+
+/// The most characters of a typed email a failed sign-in's audit event keeps.
+const AUDITED_EMAIL_CHARS: usize = 254;
+
 impl AdminService {
+    /// Sets `user`'s own password to `new_password` (the caller has checked the current one)
+    /// and ends every session of theirs, on every instance, in the same transaction; audited
+    /// as `user.password` (in the user's tenant's log, or the platform's for an operator)
+    /// with how many sessions ended, never the password. Returns that number.
+    pub async fn change_password(
+        &self,
+        actor: &Actor,
+        user: &store::users::User,
+        new_password: &str,
+    ) -> Result<u64, ServiceError> {
+        let hash = hash_new_password("new_password", new_password).await?;
+        let mut tx = self.db.begin().await?;
+        if !store::users::set_password_hash(&mut tx, &user.id, &hash).await? {
+            return Err(ServiceError::NotFound("user"));
+        }
+        let ended = store::sessions::end_for_user(&mut tx, &user.id).await?;
+        let detail = json!({ "email": user.email, "sessions_ended": ended });
+        self.commit(
+            tx,
+            actor,
+            Event {
+                tenant: user.tenant_id.as_deref(),
+                action: "user.password",
+                target: Some(&user.id),
+                detail,
+            },
+            [],
+        )
+        .await?;
+        Ok(ended)
+    }
+
+    /// Records a sign-in whose password was checked, in the platform's audit log: the email
+    /// as typed (cut to 254 characters, or "(unreadable)" when it holds control or invisible
+    /// characters), the client's address and the outcome; never the password. A success is
+    /// the user's own action (`user:<email>`); a failure is the client's (`client:<address>`),
+    /// so a typed email never poses as a user.
+    pub async fn record_sign_in(
+        &self,
+        email: &str,
+        client: &str,
+        signed_in: bool,
+    ) -> Result<(), ServiceError> {
+        let email: String = if app::text::unreadable(email).is_some() {
+            "(unreadable)".to_owned()
+        } else {
+            email.chars().take(AUDITED_EMAIL_CHARS).collect()
+        };
+        let (actor, action) = if signed_in {
+            (format!("user:{email}"), "user.sign_in")
+        } else {
+            (format!("client:{client}"), "user.sign_in_failed")
+        };
+        let detail = json!({ "email": email, "client": client });
+        store::audit::record(&self.db, None, &actor, action, None, &detail).await?;
+        Ok(())
+    }
+
     /// Creates a console user: a tenant admin of `tenant_id`, or (`None`) an operator.
     /// Operators and the CLI add users; only the CLI adds operators.
     pub async fn create_user(
@@ -47,16 +122,7 @@ impl AdminService {
             }
         };
         let email = check_email(email)?;
-        let min = crate::passwords::MIN_PASSWORD_CHARS;
-        if password.chars().count() < min {
-            return Err(invalid(
-                "password",
-                format!("must have at least {min} characters"),
-            ));
-        }
-        let hash = crate::passwords::hash(password.to_owned())
-            .await
-            .map_err(|e| ServiceError::Internal(e.to_string()))?;
+        let hash = hash_new_password("password", password).await?;
         let mut tx = self.db.begin().await?;
         store::users::insert(&mut tx, &email, &hash, role, tenant_id).await?;
         let detail = json!({ "email": email, "role": role.as_str() });

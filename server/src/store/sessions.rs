@@ -5,7 +5,11 @@ use sha2::{Digest, Sha256};
 use tower_sessions::session::{Id, Record};
 use tower_sessions::session_store::{self, SessionStore};
 
-use super::{now_ms, with_pool, Db};
+use super::{now_ms, with_exec, with_pool, Db, Exec, StoreError};
+
+/// The key of a session's data that holds its user's id; the store copies it into the row's
+/// `user_id`, so that every session of a user can be ended at once ([`end_for_user`]).
+pub const USER_ID: &str = "user_id";
 
 /// A tower-sessions store over [`Db`].
 #[derive(Debug, Clone)]
@@ -19,12 +23,25 @@ impl SqlSessionStore {
     }
 
     /// Deletes expired sessions; returns how many.
-    pub async fn delete_expired(&self) -> Result<u64, super::StoreError> {
+    pub async fn delete_expired(&self) -> Result<u64, StoreError> {
         let sql = "DELETE FROM sessions WHERE expires_at <= $1";
         Ok(
             with_pool!(&self.db, pool => sqlx::query(sql).bind(now_ms()).execute(pool).await?.rows_affected()),
         )
     }
+}
+
+/// Ends every session of `user_id` (on every instance, since each request reads its session
+/// from here). Returns how many ended.
+pub async fn end_for_user(exec: impl Into<Exec<'_>>, user_id: &str) -> Result<u64, StoreError> {
+    let sql = "DELETE FROM sessions WHERE user_id = $1";
+    Ok(
+        with_exec!(exec.into(), conn => sqlx::query(sql).bind(user_id).execute(conn).await?.rows_affected()),
+    )
+}
+
+fn user_of(record: &Record) -> Option<&str> {
+    record.data.get(USER_ID).and_then(|v| v.as_str())
 }
 
 fn id_hash(id: &Id) -> String {
@@ -49,7 +66,8 @@ impl SessionStore for SqlSessionStore {
     /// id and tries again, so an existing session is never overwritten.
     async fn create(&self, record: &mut Record) -> session_store::Result<()> {
         let data = encode(record)?;
-        let sql = "INSERT INTO sessions (id_hash, data, expires_at) VALUES ($1, $2, $3) \
+        let sql =
+            "INSERT INTO sessions (id_hash, data, expires_at, user_id) VALUES ($1, $2, $3, $4) \
                    ON CONFLICT (id_hash) DO NOTHING";
         loop {
             let inserted = with_pool!(&self.db, pool => {
@@ -57,6 +75,7 @@ impl SessionStore for SqlSessionStore {
                     .bind(id_hash(&record.id))
                     .bind(&data)
                     .bind(millis(record))
+                    .bind(user_of(record))
                     .execute(pool)
                     .await
                     .map_err(backend)?
@@ -69,15 +88,19 @@ impl SessionStore for SqlSessionStore {
         }
     }
 
+    /// Updates a session that was loaded. Only an update: a session ended while one of its
+    /// requests was in flight (signed out, or its user's password changed) stays ended when
+    /// that request's response saves it, rather than being written back. New and re-keyed
+    /// sessions go through [`SessionStore::create`].
     async fn save(&self, record: &Record) -> session_store::Result<()> {
         let data = encode(record)?;
-        let sql = "INSERT INTO sessions (id_hash, data, expires_at) VALUES ($1, $2, $3) \
-                   ON CONFLICT (id_hash) DO UPDATE SET data = excluded.data, expires_at = excluded.expires_at";
+        let sql = "UPDATE sessions SET data = $2, expires_at = $3, user_id = $4 WHERE id_hash = $1";
         with_pool!(&self.db, pool => {
             sqlx::query(sql)
                 .bind(id_hash(&record.id))
                 .bind(data)
                 .bind(millis(record))
+                .bind(user_of(record))
                 .execute(pool)
                 .await
                 .map_err(backend)?;

@@ -82,3 +82,16 @@ pub async fn list(db: &Db) -> Result<Vec<User>, StoreError> {
     let sql = format!("SELECT {COLUMNS} FROM users ORDER BY email");
     Ok(with_pool!(db, pool => sqlx::query_as::<_, User>(&sql).fetch_all(pool).await?))
 }
+
+/// Replaces a user's password hash. Returns whether the user exists.
+pub async fn set_password_hash(
+    exec: impl Into<Exec<'_>>,
+    id: &str,
+    password_hash: &str,
+) -> Result<bool, StoreError> {
+    let sql = "UPDATE users SET password_hash = $2 WHERE id = $1";
+    let changed = with_exec!(exec.into(), conn => {
+        sqlx::query(sql).bind(id).bind(password_hash).execute(conn).await?.rows_affected()
+    });
+    Ok(changed == 1)
+}

@@ -36,7 +36,7 @@ use crate::store::tenants::Tenant;
 use crate::store::{self, users::User, Db, StoreError};
 
 /// Session key of the signed-in user's id.
-const USER_ID: &str = "user_id";
+use crate::store::sessions::USER_ID;
 /// Sign-in budgets, each `(limit, period_ms)`, decided by the decision core as the console's
 /// own pseudo-tenant (see [`console_limits`]):
 /// - per email *and* client: 10 a minute, refilled one every 6 s (GCRA), so a wrong password
@@ -332,6 +332,17 @@ impl AuthPort for ConsoleService {
                     "sign-in (too many at once; try again in a few seconds)".into(),
                 )
             })?;
+        // Every checked password is audited (attempts the budgets refused are not, so these
+        // writes are bounded by the sign-in rate); a failure to record does not change the
+        // answer.
+        let client = client_address();
+        if let Err(e) = self
+            .admin
+            .record_sign_in(&email, &client, matched && user.is_some())
+            .await
+        {
+            tracing::warn!(error = %e, "a sign-in could not be audited");
+        }
         let Some(user) = user.filter(|_| matched) else {
             return Err(AppError::Invalid("wrong email or password".into()));
         };
@@ -347,6 +358,40 @@ impl AuthPort for ConsoleService {
 
     async fn sign_out(&self) -> Result<(), AppError> {
         session()?.flush().await.map_err(session_error)
+    }
+
+    async fn change_password(&self, current: &str, new: &str) -> Result<u64, AppError> {
+        let user = self.session_user().await?.ok_or(AppError::Unauthorized)?;
+        // The current password could be guessed here as at sign-in: the same budgets apply.
+        self.limit_sign_in(&user.email, &client_address()).await?;
+        let matched = self
+            .hashers
+            .verify(
+                current.to_owned(),
+                Some(user.password_hash.clone()),
+                HASHER_WAIT,
+            )
+            .await
+            .map_err(|_| {
+                AppError::Unavailable(
+                    "password change (too many at once; try again in a few seconds)".into(),
+                )
+            })?;
+        if !matched {
+            return Err(AppError::Invalid(
+                "current_password: is not your current password".into(),
+            ));
+        }
+        let actor = actor_of(user.clone())?;
+        let ended = self
+            .admin
+            .change_password(&actor, &user, new)
+            .await
+            .map_err(service_error)?;
+        // This session ended with the others; it goes on under a new id, so a copy of its
+        // old cookie is worthless too.
+        session()?.cycle_id().await.map_err(session_error)?;
+        Ok(ended.saturating_sub(1))
     }
 
     async fn current_user(&self) -> Result<Option<SignedInUser>, AppError> {

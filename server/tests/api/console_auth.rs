@@ -95,6 +95,165 @@ async fn sign_in_sets_a_strict_http_only_session_that_sign_out_ends() {
     assert_eq!(left, 0);
 }
 
+/// The audit events of `action`, oldest first: (actor, detail).
+async fn audited(app: &TestApp, action: &str) -> Vec<(String, Value)> {
+    let sluice::store::Db::Sqlite(pool) = &app.db else {
+        panic!("embedded")
+    };
+    let rows: Vec<(String, String)> =
+        sqlx::query_as("SELECT actor, detail FROM audit_events WHERE action = $1 ORDER BY id")
+            .bind(action)
+            .fetch_all(pool)
+            .await
+            .unwrap();
+    rows.into_iter()
+        .map(|(actor, detail)| (actor, serde_json::from_str(&detail).unwrap()))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_password_change_needs_the_current_one_and_ends_every_other_session_of_the_user() {
+    let (app, _dir) = embedded_with_admin().await;
+    let here = browser();
+    let elsewhere = browser();
+    for client in [&here, &elsewhere] {
+        let (status, _, body) = call(
+            &app,
+            client,
+            "sign_in",
+            &[("email", "admin@localhost"), ("password", PASSWORD)],
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let new_password = "a much longer new passphrase";
+
+    // The current password is required, and a new one must be long enough; either refusal
+    // leaves everything as it was.
+    for (current, new, said) in [
+        (
+            "not it at all",
+            new_password,
+            "is not your current password",
+        ),
+        (PASSWORD, "short", "at least 12 characters"),
+    ] {
+        let (status, _, body) = call(
+            &app,
+            &here,
+            "account/password",
+            &[("current_password", current), ("new_password", new)],
+        )
+        .await;
+        assert_eq!(status, 400, "{body}");
+        assert!(body.to_string().contains(said), "{body}");
+        assert_eq!(
+            call(&app, &elsewhere, "me", &[]).await.2["email"],
+            "admin@localhost"
+        );
+    }
+    assert!(audited(&app, "user.password").await.is_empty());
+
+    let (status, cookies, ended) = call(
+        &app,
+        &here,
+        "account/password",
+        &[
+            ("current_password", PASSWORD),
+            ("new_password", new_password),
+        ],
+    )
+    .await;
+    assert_eq!(status, 200, "{ended}");
+    assert_eq!(ended, 1, "one other session ended");
+    // The session that changed it goes on under a new id.
+    assert!(
+        cookies.iter().any(|c| c.starts_with("sluice_session=")),
+        "{cookies:?}"
+    );
+    assert_eq!(
+        call(&app, &here, "me", &[]).await.2["email"],
+        "admin@localhost"
+    );
+    assert_eq!(call(&app, &elsewhere, "me", &[]).await.2, Value::Null);
+
+    // The old password is refused and the new one works.
+    let fresh = browser();
+    let (status, _, _) = call(
+        &app,
+        &fresh,
+        "sign_in",
+        &[("email", "admin@localhost"), ("password", PASSWORD)],
+    )
+    .await;
+    assert_eq!(status, 400);
+    let (status, _, _) = call(
+        &app,
+        &fresh,
+        "sign_in",
+        &[("email", "admin@localhost"), ("password", new_password)],
+    )
+    .await;
+    assert_eq!(status, 200);
+
+    // Audited once, with the sessions it ended (the changing one among them), and with no
+    // password anywhere in the log.
+    let changed = audited(&app, "user.password").await;
+    assert_eq!(changed.len(), 1, "{changed:?}");
+    assert_eq!(changed[0].0, "user:admin@localhost");
+    assert_eq!(changed[0].1["sessions_ended"], 2);
+    let sluice::store::Db::Sqlite(pool) = &app.db else {
+        panic!("embedded")
+    };
+    let log: Vec<String> = sqlx::query_scalar("SELECT detail FROM audit_events")
+        .fetch_all(pool)
+        .await
+        .unwrap();
+    for secret in [PASSWORD, new_password, "not it at all"] {
+        assert!(log.iter().all(|d| !d.contains(secret)), "{log:?}");
+    }
+}
+
+#[tokio::test]
+async fn sign_ins_and_failed_sign_ins_are_audited_with_the_client_and_never_the_password() {
+    let (app, _dir) = embedded_with_admin().await;
+    let client = browser();
+    for (email, password) in [
+        ("admin@localhost", "a wrong guess"),
+        ("nobody@example.com", "another guess"),
+        ("admin@localhost", PASSWORD),
+    ] {
+        call(
+            &app,
+            &client,
+            "sign_in",
+            &[("email", email), ("password", password)],
+        )
+        .await;
+    }
+    let failed = audited(&app, "user.sign_in_failed").await;
+    assert_eq!(failed.len(), 2, "{failed:?}");
+    // A failure is the client's action: a typed email never poses as a user.
+    for ((actor, detail), email) in failed.iter().zip(["admin@localhost", "nobody@example.com"]) {
+        assert!(actor.starts_with("client:"), "{actor}");
+        assert_eq!(detail["email"], email);
+        assert_eq!(detail["client"], actor.trim_start_matches("client:"));
+    }
+    let signed_in = audited(&app, "user.sign_in").await;
+    assert_eq!(signed_in.len(), 1, "{signed_in:?}");
+    assert_eq!(signed_in[0].0, "user:admin@localhost");
+    let sluice::store::Db::Sqlite(pool) = &app.db else {
+        panic!("embedded")
+    };
+    let log: Vec<String> = sqlx::query_scalar("SELECT detail FROM audit_events")
+        .fetch_all(pool)
+        .await
+        .unwrap();
+    for secret in [PASSWORD, "a wrong guess", "another guess"] {
+        assert!(log.iter().all(|d| !d.contains(secret)), "{log:?}");
+    }
+}
+
 #[tokio::test]
 async fn a_wrong_password_or_an_unknown_email_gets_the_same_clear_message() {
     let (app, _dir) = embedded_with_admin().await;

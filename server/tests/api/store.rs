@@ -651,4 +651,30 @@ async fn sessions_round_trip_expire_and_are_deleted(db: &Db) {
 
     store.delete(&record.id).await.unwrap();
     assert!(store.load(&record.id).await.unwrap().is_none());
+    // A session ended while one of its requests was in flight stays ended when that
+    // request's response saves it (save only updates; it once wrote the row back).
+    store.save(&record).await.unwrap();
+    assert!(store.load(&record.id).await.unwrap().is_none());
+
+    // Every session of one user ends at once; another user's stay.
+    let mut mine = Vec::new();
+    for user in ["u-7", "u-7", "u-8"] {
+        let mut r = Record {
+            id: Id::default(),
+            data: Default::default(),
+            expiry_date: in_an_hour,
+        };
+        r.data.insert("user_id".into(), serde_json::json!(user));
+        store.create(&mut r).await.unwrap();
+        mine.push(r);
+    }
+    assert_eq!(
+        sluice::store::sessions::end_for_user(db, "u-7")
+            .await
+            .unwrap(),
+        2
+    );
+    assert!(store.load(&mine[0].id).await.unwrap().is_none());
+    assert!(store.load(&mine[1].id).await.unwrap().is_none());
+    assert!(store.load(&mine[2].id).await.unwrap().is_some());
 }
