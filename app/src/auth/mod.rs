@@ -262,19 +262,17 @@ fn PasswordForm() -> impl IntoView {
         }
     });
     view! {
-        <h2 id="password-title">"Change your password"</h2>
+        <h2 id="password-title" class="spaced">"Change your password"</h2>
         <ActionForm action=action attr:aria-labelledby="password-title" attr:data-testid="password-form">
-            <div class="fields">
-                <label for="current-password">"Current password"</label>
-                <input id="current-password" name="current_password" type="password"
-                    autocomplete="current-password" required
-                    prop:value=current on:input=move |ev| set_current.set(event_target_value(&ev))/>
-                <label for="new-password">"New password"</label>
-                <input id="new-password" name="new_password" type="password" autocomplete="new-password"
-                    required minlength=min.to_string() aria-describedby="new-password-hint"
-                    prop:value=new_password on:input=move |ev| set_new_password.set(event_target_value(&ev))/>
-                <span class="field-error" id="new-password-hint">{short}</span>
-            </div>
+            <label for="current-password">"Current password"</label>
+            <input id="current-password" name="current_password" type="password"
+                autocomplete="current-password" required
+                prop:value=current on:input=move |ev| set_current.set(event_target_value(&ev))/>
+            <label for="new-password">"New password"</label>
+            <input id="new-password" name="new_password" type="password" autocomplete="new-password"
+                required minlength=min.to_string() aria-describedby="new-password-hint"
+                prop:value=new_password on:input=move |ev| set_new_password.set(event_target_value(&ev))/>
+            <span class="field-error" id="new-password-hint">{short}</span>
             <p class="muted">"Your other sessions end at once, on every instance; this one goes on."</p>
             <button type="submit" data-testid="change-password" disabled=move || action.pending().get()>"Change password"</button>
         </ActionForm>
