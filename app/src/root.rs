@@ -6,6 +6,7 @@ use leptos_router::components::{Route, Router, Routes, A};
 use leptos_router::{path, SsrMode};
 
 use crate::audit::view::{PlatformAuditPage, TenantAuditPage};
+use crate::auth::users::UsersPage;
 use crate::auth::{current_user, AccountPage, Role, SignInPage, SignedInUser, UserResource};
 use crate::dashboard::view::{FleetDashboardPage, TenantDashboardPage};
 use crate::gate::{Gate, Need};
@@ -69,6 +70,7 @@ pub fn App() -> impl IntoView {
                     // a tenant's pages for those who may see that tenant.
                     <Route path=path!("/tenants") view=|| view! { <Gate need=Need::Operator><TenantsPage/></Gate> } ssr=SsrMode::Async/>
                     <Route path=path!("/audit") view=|| view! { <Gate need=Need::Operator><PlatformAuditPage/></Gate> } ssr=SsrMode::Async/>
+                    <Route path=path!("/users") view=|| view! { <Gate need=Need::Operator><UsersPage/></Gate> } ssr=SsrMode::Async/>
                     <Route path=path!("/dashboard") view=|| view! { <Gate need=Need::Operator><FleetDashboardPage/></Gate> } ssr=SsrMode::Async/>
                     <Route path=path!("/tenants/:tenant/dashboard") view=|| view! { <Gate need=Need::Tenant><TenantDashboardPage/></Gate> } ssr=SsrMode::Async/>
                     <Route path=path!("/tenants/:tenant/rules") view=|| view! { <Gate need=Need::Tenant><RulesPage/></Gate> } ssr=SsrMode::Async/>
@@ -135,6 +137,7 @@ fn MainNav(user: Option<SignedInUser>) -> impl IntoView {
                 _ => view! {
                     <A href="/dashboard">"Dashboard"</A>
                     <A href="/tenants">"Tenants"</A>
+                    <A href="/users">"Users"</A>
                     <A href="/audit">"Audit log"</A>
                 }
                 .into_any(),

@@ -1,4 +1,7 @@
-import { test, expect, waitForHydration, signIn, signedInAsNewTenantAdmin, ADMIN_PASSWORD } from './fixtures';
+import {
+  test, expect, waitForHydration, signIn, signedInAsNewTenantAdmin, tenantWithAdmin, serverFn, unique,
+  ADMIN_PASSWORD, OPERATOR, OPERATOR_PASSWORD,
+} from './fixtures';
 
 const EMAIL = 'admin@localhost';
 const PASSWORD = 'e2e operator password';
@@ -88,5 +91,56 @@ test('a tenant admin changes their password: the current one is needed, and the 
   await elsewhere.getByRole('button', { name: 'Sign in' }).click();
   await expect(elsewhere.getByTestId('sign-in-error')).toContainText('wrong email or password');
   await signIn(elsewhere, t.email, newPassword);
+  await elsewhere.context().close();
+});
+
+test('an operator disables a signed-in user, whose next action is refused, and a reset password works once shown', async ({
+  page, browser, browserErrors,
+}) => {
+  void browserErrors;
+  await signIn(page, OPERATOR, OPERATOR_PASSWORD);
+  const t = await tenantWithAdmin(page, unique('disabled'));
+  const elsewhere = await (await browser.newContext()).newPage();
+  await signIn(elsewhere, t.email, ADMIN_PASSWORD);
+  await elsewhere.goto(`/tenants/${t.id}/rules`);
+  await waitForHydration(elsewhere);
+
+  await page.goto('/users');
+  await waitForHydration(page);
+  const row = page.locator(`tr[data-email="${t.email}"]`);
+  await expect(row.getByTestId('user-state')).toHaveText('enabled');
+  await row.getByTestId('disable-user').click();
+  await expect(row).toContainText('their sessions end now');
+  await row.getByTestId('disable-user-confirm').click();
+  await expect(row).toHaveAttribute('data-state', 'disabled');
+  await expect(row.getByTestId('user-state')).toContainText('disabled');
+
+  // The user's next action, from the page already open, is refused; a new page asks for a
+  // sign-in, which says the account is disabled.
+  const [allowed, said] = await serverFn(elsewhere, 'rules/list', { tenant: t.id });
+  expect(allowed, said).toBe(false);
+  expect(said).toContain('Unauthorized');
+  await elsewhere.goto(`/tenants/${t.id}/keys`);
+  await expect(elsewhere).toHaveURL(/\/sign-in/);
+  await waitForHydration(elsewhere);
+  await elsewhere.getByLabel('Email').fill(t.email);
+  await elsewhere.getByLabel('Password').fill(ADMIN_PASSWORD);
+  await elsewhere.getByRole('button', { name: 'Sign in' }).click();
+  await expect(elsewhere.getByTestId('sign-in-error')).toContainText('disabled');
+
+  // Enabled again, then a reset: the new password is shown once and signs in.
+  await row.getByTestId('enable-user').click();
+  await row.getByTestId('enable-user-confirm').click();
+  await expect(row).toHaveAttribute('data-state', 'enabled');
+  await row.getByTestId('reset-user-password').click();
+  await row.getByTestId('reset-user-password-confirm').click();
+  await expect(page.getByTestId('password-reset')).toContainText(`New password for ${t.email}`);
+  const password = (await page.getByTestId('reset-password-value').textContent())!;
+  expect(password.length).toBeGreaterThanOrEqual(12);
+  await signIn(elsewhere, t.email, password);
+  // Shown once: a fresh load of the page does not show it.
+  await page.reload();
+  await expect(page.getByTestId('users-table')).toBeVisible();
+  await expect(page.getByTestId('password-reset')).toHaveCount(0);
   await elsewhere.context().close();
 });

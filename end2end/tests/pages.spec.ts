@@ -93,6 +93,7 @@ test('every page fits a phone, passes an accessibility scan, and is photographed
   await visitAll(page, [
     { name: 'home', path: '/', ready: 'h1' },
     { name: 'tenants', path: '/tenants', ready: '[data-testid="tenants-table"]' },
+    { name: 'users', path: '/users', ready: '[data-testid="users-table"]' },
     { name: 'fleet-dashboard', path: '/dashboard', ready: '.tiles' },
     { name: 'platform-audit', path: '/audit', ready: '[data-testid="audit-table"]' },
     { name: 'account', path: '/account', ready: '[data-testid="sign-out"]' },

@@ -162,6 +162,17 @@ pub fn describe(action: &str, detail: &str) -> String {
             ),
             _ => format!("{} changed their password", text(&d["email"])),
         },
+        "user.disable" => format!(
+            "disabled {}; {} sessions ended",
+            text(&d["email"]),
+            text(&d["sessions_ended"])
+        ),
+        "user.enable" => format!("enabled {}", text(&d["email"])),
+        "user.reset_password" => format!(
+            "reset the password of {}; {} sessions ended",
+            text(&d["email"]),
+            text(&d["sessions_ended"])
+        ),
         "user.sign_in" => format!(
             "{} signed in from {}",
             text(&d["email"]),
@@ -223,6 +234,11 @@ mod tests {
                 "user.sign_in_failed",
                 r#"{"email":"ana@example.com","client":"192.0.2.7"}"#.to_owned(),
                 "a sign-in as ana@example.com from 192.0.2.7 failed: wrong email or password",
+            ),
+            (
+                "user.disable",
+                r#"{"email":"ana@example.com","sessions_ended":2}"#.to_owned(),
+                "disabled ana@example.com; 2 sessions ended",
             ),
             ("something.new", "not json".to_owned(), "something.new"),
         ];

@@ -11,13 +11,16 @@ use serde::{Deserialize, Serialize};
 use crate::error::AppError;
 
 /// Every action the audit log records.
-pub const ACTIONS: [&str; 18] = [
+pub const ACTIONS: [&str; 21] = [
     "tenant.create",
     "tenant.suspend",
     "tenant.resume",
     "tenant.quotas",
     "user.create",
     "user.password",
+    "user.disable",
+    "user.enable",
+    "user.reset_password",
     "user.sign_in",
     "user.sign_in_failed",
     "rule.create",

@@ -3,10 +3,13 @@
 
 use leptos::form::ActionForm;
 use leptos::prelude::*;
+use leptos::server_fn::codec::Json;
 use leptos_router::hooks::use_navigate;
 use serde::{Deserialize, Serialize};
 
 use crate::error::AppError;
+
+pub mod users;
 
 /// What a console user may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -72,6 +75,19 @@ impl SignedInUser {
     }
 }
 
+/// A console user as operators see it in the list of users.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserInfo {
+    pub id: String,
+    pub email: String,
+    pub role: Role,
+    /// A tenant admin's tenant.
+    pub tenant_id: Option<String>,
+    pub created_at: i64,
+    /// When an operator disabled the user; `None` while the user may sign in.
+    pub disabled_at: Option<i64>,
+}
+
 /// The signed-in user, read once per page load and shared through context; sign-in and
 /// sign-out refetch it so the navigation follows.
 #[derive(Debug, Clone, Copy)]
@@ -96,6 +112,16 @@ pub trait AuthPort: Send + Sync + 'static {
     /// other session of that user; this one goes on under a new id. Returns how many other
     /// sessions ended.
     async fn change_password(&self, current: &str, new: &str) -> Result<u64, AppError>;
+
+    /// Every console user (operators only).
+    async fn list_users(&self) -> Result<Vec<UserInfo>, AppError>;
+
+    /// Disables another user (their sessions end at once) or enables them (operators only).
+    async fn set_user_disabled(&self, user: &str, disabled: bool) -> Result<UserInfo, AppError>;
+
+    /// Gives another user a new random password, answered once, and ends their sessions
+    /// (operators only).
+    async fn reset_user_password(&self, user: &str) -> Result<String, AppError>;
 }
 
 /// Signs in; a wrong email or password gets [`AppError::Invalid`] with a clear message.
@@ -127,6 +153,28 @@ pub async fn change_password(
 ) -> Result<u64, AppError> {
     crate::context::port::<dyn AuthPort>()?
         .change_password(&current_password, &new_password)
+        .await
+}
+
+/// Every console user (operators only).
+#[server(prefix = "/api", endpoint = "users/list", input = Json)]
+pub async fn list_users() -> Result<Vec<UserInfo>, AppError> {
+    crate::context::port::<dyn AuthPort>()?.list_users().await
+}
+
+/// Disables or enables another user (operators only).
+#[server(prefix = "/api", endpoint = "users/set_disabled", input = Json)]
+pub async fn set_user_disabled(user: String, disabled: bool) -> Result<UserInfo, AppError> {
+    crate::context::port::<dyn AuthPort>()?
+        .set_user_disabled(&user, disabled)
+        .await
+}
+
+/// A new random password for another user, answered once (operators only).
+#[server(prefix = "/api", endpoint = "users/reset_password", input = Json)]
+pub async fn reset_user_password(user: String) -> Result<String, AppError> {
+    crate::context::port::<dyn AuthPort>()?
+        .reset_user_password(&user)
         .await
 }
 

@@ -141,6 +141,107 @@ impl AdminService {
         Ok(())
     }
 
+    /// Every console user, by email (operators only).
+    pub async fn list_users(&self, actor: &Actor) -> Result<Vec<store::users::User>, ServiceError> {
+        actor.require_operator("list console users")?;
+        Ok(store::users::list(&self.db).await?)
+    }
+
+    /// The user `user_id`, for an operator acting on another user (never on themselves);
+    /// `what` says what only operators do.
+    async fn other_user(
+        &self,
+        actor: &Actor,
+        user_id: &str,
+        what: &str,
+    ) -> Result<store::users::User, ServiceError> {
+        actor.require_operator(what)?;
+        let user = store::users::get(&self.db, user_id)
+            .await?
+            .ok_or(ServiceError::NotFound("user"))?;
+        if actor.label() == format!("user:{}", user.email) {
+            return Err(ServiceError::Forbidden(
+                "not on your own account: change your password on the Account page".into(),
+            ));
+        }
+        Ok(user)
+    }
+
+    /// Disables a user (who may then not sign in, and whose sessions end at once on every
+    /// instance) or enables it again; audited as `user.disable` or `user.enable`. Operators
+    /// only, and never their own account. Returns the user as it is now.
+    pub async fn set_user_disabled(
+        &self,
+        actor: &Actor,
+        user_id: &str,
+        disabled: bool,
+    ) -> Result<store::users::User, ServiceError> {
+        let mut user = self
+            .other_user(actor, user_id, "disable and enable users")
+            .await?;
+        let at = disabled.then(store::now_ms);
+        let mut tx = self.db.begin().await?;
+        if !store::users::set_disabled(&mut tx, &user.id, at).await? {
+            return Err(ServiceError::NotFound("user"));
+        }
+        let ended = if disabled {
+            store::sessions::end_for_user(&mut tx, &user.id).await?
+        } else {
+            0
+        };
+        let detail = json!({ "email": user.email, "sessions_ended": ended });
+        self.commit(
+            tx,
+            actor,
+            Event {
+                tenant: user.tenant_id.as_deref(),
+                action: if disabled {
+                    "user.disable"
+                } else {
+                    "user.enable"
+                },
+                target: Some(&user.id),
+                detail,
+            },
+            [],
+        )
+        .await?;
+        user.disabled_at = at;
+        Ok(user)
+    }
+
+    /// Gives a user a new random password, returned once to be handed over, and ends every
+    /// session of theirs; audited as `user.reset_password` (never the password). Operators
+    /// only, and never their own account (which changes its password on the Account page).
+    pub async fn reset_password(
+        &self,
+        actor: &Actor,
+        user_id: &str,
+    ) -> Result<String, ServiceError> {
+        let user = self.other_user(actor, user_id, "reset passwords").await?;
+        let password = crate::passwords::generate();
+        let hash = hash_new_password("password", &password).await?;
+        let mut tx = self.db.begin().await?;
+        if !store::users::set_password_hash(&mut tx, &user.id, &hash).await? {
+            return Err(ServiceError::NotFound("user"));
+        }
+        let ended = store::sessions::end_for_user(&mut tx, &user.id).await?;
+        let detail = json!({ "email": user.email, "sessions_ended": ended });
+        self.commit(
+            tx,
+            actor,
+            Event {
+                tenant: user.tenant_id.as_deref(),
+                action: "user.reset_password",
+                target: Some(&user.id),
+                detail,
+            },
+            [],
+        )
+        .await?;
+        Ok(password)
+    }
+
     /// On an instance with no users yet, creates [`BOOTSTRAP_EMAIL`] as an operator with
     /// `password`. Returns whether it created the account.
     pub async fn bootstrap_operator(&self, password: &str) -> Result<bool, ServiceError> {

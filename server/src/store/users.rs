@@ -19,9 +19,11 @@ pub struct User {
     /// The tenant of a tenant admin; `None` for operators.
     pub tenant_id: Option<String>,
     pub created_at: i64,
+    /// When an operator disabled the user (who may then not sign in); `None` while enabled.
+    pub disabled_at: Option<i64>,
 }
 
-const COLUMNS: &str = "id, email, password_hash, role, tenant_id, created_at";
+const COLUMNS: &str = "id, email, password_hash, role, tenant_id, created_at, disabled_at";
 
 /// Stores a user. Emails are unique (compared in lower case).
 pub async fn insert(
@@ -38,8 +40,9 @@ pub async fn insert(
         role,
         tenant_id: tenant_id.map(str::to_owned),
         created_at: now_ms(),
+        disabled_at: None,
     };
-    let sql = format!("INSERT INTO users ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6)");
+    let sql = format!("INSERT INTO users ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)");
     with_exec!(exec.into(), conn => {
         sqlx::query(&sql)
             .bind(&user.id)
@@ -48,6 +51,7 @@ pub async fn insert(
             .bind(user.role.as_str())
             .bind(&user.tenant_id)
             .bind(user.created_at)
+            .bind(user.disabled_at)
             .execute(conn)
             .await
             .map_err(conflict_as("a user with this email"))?;
@@ -92,6 +96,19 @@ pub async fn set_password_hash(
     let sql = "UPDATE users SET password_hash = $2 WHERE id = $1";
     let changed = with_exec!(exec.into(), conn => {
         sqlx::query(sql).bind(id).bind(password_hash).execute(conn).await?.rows_affected()
+    });
+    Ok(changed == 1)
+}
+
+/// Disables a user (`Some(when)`) or enables it (`None`). Returns whether the user exists.
+pub async fn set_disabled(
+    exec: impl Into<Exec<'_>>,
+    id: &str,
+    disabled_at: Option<i64>,
+) -> Result<bool, StoreError> {
+    let sql = "UPDATE users SET disabled_at = $2 WHERE id = $1";
+    let changed = with_exec!(exec.into(), conn => {
+        sqlx::query(sql).bind(id).bind(disabled_at).execute(conn).await?.rows_affected()
     });
     Ok(changed == 1)
 }

@@ -75,6 +75,13 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/admin/tenants/{tenant}/simulate", post(simulate))
         .route("/v1/admin/tenants/{tenant}/audit", get(tenant_audit))
         .route("/v1/admin/audit", get(platform_audit))
+        .route("/v1/admin/users", get(list_users))
+        .route("/v1/admin/users/{id}/disable", post(disable_user))
+        .route("/v1/admin/users/{id}/enable", post(enable_user))
+        .route(
+            "/v1/admin/users/{id}/reset-password",
+            post(reset_user_password),
+        )
         .route("/v1/admin/operator-keys", get(list_operator_keys))
         .route(
             "/v1/admin/operator-keys/{id}/rotate",
@@ -353,6 +360,67 @@ async fn set_quotas(
     AppJson(body): AppJson<QuotasBody>,
 ) -> Result<impl IntoResponse, ApiError> {
     Ok(Json(state.admin.set_quotas(&actor, &tenant, &body).await?))
+}
+
+/// A console user as the admin API shows it (never its password hash).
+#[derive(Debug, serde::Serialize)]
+struct UserView {
+    id: String,
+    email: String,
+    role: app::auth::Role,
+    tenant_id: Option<String>,
+    created_at: i64,
+    disabled_at: Option<i64>,
+}
+
+impl From<crate::store::users::User> for UserView {
+    fn from(u: crate::store::users::User) -> Self {
+        UserView {
+            id: u.id,
+            email: u.email,
+            role: u.role,
+            tenant_id: u.tenant_id,
+            created_at: u.created_at,
+            disabled_at: u.disabled_at,
+        }
+    }
+}
+
+async fn list_users(
+    State(state): State<AppState>,
+    Acting(actor): Acting,
+) -> Result<impl IntoResponse, ApiError> {
+    let users = state.admin.list_users(&actor).await?;
+    Ok(Json(
+        users.into_iter().map(UserView::from).collect::<Vec<_>>(),
+    ))
+}
+
+async fn disable_user(
+    State(state): State<AppState>,
+    Acting(actor): Acting,
+    Path(id): Path<String>,
+) -> Result<impl IntoResponse, ApiError> {
+    let user = state.admin.set_user_disabled(&actor, &id, true).await?;
+    Ok(Json(UserView::from(user)))
+}
+
+async fn enable_user(
+    State(state): State<AppState>,
+    Acting(actor): Acting,
+    Path(id): Path<String>,
+) -> Result<impl IntoResponse, ApiError> {
+    let user = state.admin.set_user_disabled(&actor, &id, false).await?;
+    Ok(Json(UserView::from(user)))
+}
+
+async fn reset_user_password(
+    State(state): State<AppState>,
+    Acting(actor): Acting,
+    Path(id): Path<String>,
+) -> Result<impl IntoResponse, ApiError> {
+    let password = state.admin.reset_password(&actor, &id).await?;
+    Ok(Json(serde_json::json!({ "password": password })))
 }
 
 async fn list_operator_keys(

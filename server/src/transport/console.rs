@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use app::audit::{AuditEntry, AuditFilter, AuditPort};
-use app::auth::{AuthPort, Role, SignedInUser};
+use app::auth::{AuthPort, Role, SignedInUser, UserInfo};
 use app::dashboard::{DashboardPort, Range};
 use app::keys::{sha256_hex, KeyInfo, KeyKind, KeysPort};
 use app::rules::{
@@ -192,11 +192,24 @@ pub async fn session_actor(db: &Db, session: &Session) -> Result<Actor, AppError
     else {
         return Err(AppError::Unauthorized);
     };
+    // A disabled user's sessions were ended when it was disabled; this is the second lock.
     let user = store::users::get(db, &id)
         .await
         .map_err(store_error)?
+        .filter(|u| u.disabled_at.is_none())
         .ok_or(AppError::Unauthorized)?;
     actor_of(user)
+}
+
+fn user_info(user: User) -> UserInfo {
+    UserInfo {
+        id: user.id,
+        email: user.email,
+        role: user.role,
+        tenant_id: user.tenant_id,
+        created_at: user.created_at,
+        disabled_at: user.disabled_at,
+    }
 }
 
 fn actor_of(user: User) -> Result<Actor, AppError> {
@@ -277,7 +290,10 @@ impl ConsoleService {
         else {
             return Ok(None);
         };
-        store::users::get(&self.db, &id).await.map_err(store_error)
+        Ok(store::users::get(&self.db, &id)
+            .await
+            .map_err(store_error)?
+            .filter(|u| u.disabled_at.is_none()))
     }
 
     /// The session's user as the admin service's actor.
@@ -336,9 +352,10 @@ impl AuthPort for ConsoleService {
         // writes are bounded by the sign-in rate); a failure to record does not change the
         // answer.
         let client = client_address();
+        let enabled = user.as_ref().is_some_and(|u| u.disabled_at.is_none());
         if let Err(e) = self
             .admin
-            .record_sign_in(&email, &client, matched && user.is_some())
+            .record_sign_in(&email, &client, matched && enabled)
             .await
         {
             tracing::warn!(error = %e, "a sign-in could not be audited");
@@ -346,6 +363,12 @@ impl AuthPort for ConsoleService {
         let Some(user) = user.filter(|_| matched) else {
             return Err(AppError::Invalid("wrong email or password".into()));
         };
+        // Said only to whoever knows the password.
+        if !enabled {
+            return Err(AppError::Forbidden(
+                "this account is disabled: ask an operator to enable it".into(),
+            ));
+        }
         let session = session()?;
         // A new id on sign-in, so a session id planted before it is worthless.
         session.cycle_id().await.map_err(session_error)?;
@@ -392,6 +415,29 @@ impl AuthPort for ConsoleService {
         // old cookie is worthless too.
         session()?.cycle_id().await.map_err(session_error)?;
         Ok(ended.saturating_sub(1))
+    }
+
+    async fn list_users(&self) -> Result<Vec<UserInfo>, AppError> {
+        let actor = self.actor().await?;
+        let users = self.admin.list_users(&actor).await.map_err(service_error)?;
+        Ok(users.into_iter().map(user_info).collect())
+    }
+
+    async fn set_user_disabled(&self, user: &str, disabled: bool) -> Result<UserInfo, AppError> {
+        let actor = self.actor().await?;
+        self.admin
+            .set_user_disabled(&actor, user, disabled)
+            .await
+            .map(user_info)
+            .map_err(service_error)
+    }
+
+    async fn reset_user_password(&self, user: &str) -> Result<String, AppError> {
+        let actor = self.actor().await?;
+        self.admin
+            .reset_password(&actor, user)
+            .await
+            .map_err(service_error)
     }
 
     async fn current_user(&self) -> Result<Option<SignedInUser>, AppError> {

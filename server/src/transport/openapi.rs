@@ -81,7 +81,7 @@ fn operation(id: &str, tag: &str, summary: &str, responses: Value) -> Value {
 pub fn document() -> Value {
     let rule_id = id_param("rule");
     let key_id = id_param("key");
-    json!({
+    let mut document = json!({
         "openapi": "3.1.0",
         "info": {
             "title": "Sluice",
@@ -286,6 +286,33 @@ pub fn document() -> Value {
             },
             "schemas": schemas()
         }
+    });
+    if let (Some(paths), Value::Object(users)) = (document["paths"].as_object_mut(), user_paths()) {
+        paths.extend(users);
+    }
+    document
+}
+
+/// The console users' paths (operators only): kept apart from [`document`]'s one `json!`,
+/// which would otherwise pass the macro's recursion limit.
+fn user_paths() -> Value {
+    let user_id = id_param("user");
+    json!({
+        "/v1/admin/users": {
+            "get": operation("listUsers", "users", "List every console user by email, with its role and whether it is disabled (operators only).", admin_errors(json!({ "200": ok("The users.", list_of("User")) }), false))
+        },
+        "/v1/admin/users/{id}/disable": {
+            "parameters": [user_id.clone()],
+            "post": operation("disableUser", "users", "Disable a console user: they cannot sign in, and their sessions end at once on every instance; audited as user.disable (operators only).", admin_errors(json!({ "200": ok("The user, disabled.", schema("User")) }), false))
+        },
+        "/v1/admin/users/{id}/enable": {
+            "parameters": [user_id.clone()],
+            "post": operation("enableUser", "users", "Let a disabled console user sign in again; audited as user.enable (operators only).", admin_errors(json!({ "200": ok("The user, enabled.", schema("User")) }), false))
+        },
+        "/v1/admin/users/{id}/reset-password": {
+            "parameters": [user_id.clone()],
+            "post": operation("resetUserPassword", "users", "Give a console user a new random password, answered here once, and end their sessions; audited as user.reset_password, never with the password (operators only).", admin_errors(json!({ "200": ok("The new password.", schema("PasswordReset")) }), false))
+        }
     })
 }
 
@@ -374,6 +401,20 @@ fn schemas() -> Value {
         },
         "TenantCreate": { "type": "object", "required": ["name"], "additionalProperties": false,
             "properties": { "name": { "type": "string", "minLength": 1, "maxLength": 100 } } },
+        "User": {
+            "type": "object", "required": ["id", "email", "role", "tenant_id", "created_at", "disabled_at"],
+            "properties": {
+                "id": { "type": "string" }, "email": { "type": "string" },
+                "role": { "type": "string", "enum": ["operator", "tenant_admin"] },
+                "tenant_id": { "type": ["string", "null"], "description": "A tenant admin's tenant." },
+                "created_at": millis,
+                "disabled_at": nullable_millis
+            }
+        },
+        "PasswordReset": {
+            "type": "object", "required": ["password"],
+            "properties": { "password": { "type": "string", "minLength": crate::passwords::MIN_PASSWORD_CHARS, "description": "The new password, shown only in this answer." } }
+        },
         "Tenant": {
             "type": "object", "required": ["id", "name", "status", "created_at", "updated_at"],
             "properties": { "id": { "type": "string" }, "name": { "type": "string" },

@@ -408,3 +408,146 @@ async fn simulate_decides_without_consuming_on_redis() {
         .unwrap();
     assert_eq!(keys.len(), 1, "{keys:?}");
 }
+
+#[tokio::test]
+async fn an_operator_disables_enables_and_resets_a_user_and_their_sessions_end_at_once() {
+    let (app, _dir) = embedded().await;
+    let operator = signed_in(&app, "admin@localhost", OPERATOR_PASSWORD).await;
+    let (alpha, _) = two_tenants(&app, &operator).await;
+    let admin = signed_in(&app, "alpha@example.com", ADMIN_PASSWORD).await;
+    let rules = json!({ "tenant": alpha });
+    ok(&app, &admin, "rules/list", rules.clone()).await;
+
+    // Listing users is for operators; so are disabling and resets.
+    let users = ok(&app, &operator, "users/list", json!({})).await;
+    let emails: Vec<&str> = users
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| u["email"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        emails,
+        ["admin@localhost", "alpha@example.com", "beta@example.com"]
+    );
+    let id_of = |email: &str| {
+        users
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|u| u["email"] == email)
+            .unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let (me, alpha_admin) = (id_of("admin@localhost"), id_of("alpha@example.com"));
+    for (endpoint, args) in [
+        ("users/list", json!({})),
+        (
+            "users/set_disabled",
+            json!({ "user": id_of("beta@example.com"), "disabled": true }),
+        ),
+        (
+            "users/reset_password",
+            json!({ "user": id_of("beta@example.com") }),
+        ),
+    ] {
+        let refused = call(&app, &admin, endpoint, args).await.unwrap_err();
+        assert!(refused.contains("only operators"), "{endpoint}: {refused}");
+    }
+    // Not on one's own account.
+    let refused = call(
+        &app,
+        &operator,
+        "users/set_disabled",
+        json!({ "user": me, "disabled": true }),
+    )
+    .await
+    .unwrap_err();
+    assert!(refused.contains("your own account"), "{refused}");
+
+    // Disabled: the signed-in admin's next action is refused, and sign-in says why.
+    let disabled = ok(
+        &app,
+        &operator,
+        "users/set_disabled",
+        json!({ "user": alpha_admin, "disabled": true }),
+    )
+    .await;
+    assert!(disabled["disabled_at"].is_i64(), "{disabled}");
+    let refused = call(&app, &admin, "rules/list", rules.clone())
+        .await
+        .unwrap_err();
+    assert!(refused.contains("Unauthorized"), "{refused}");
+    let again = browser();
+    let response = again
+        .post(app.url("/api/sign_in"))
+        .form(&[("email", "alpha@example.com"), ("password", ADMIN_PASSWORD)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 403);
+    assert!(response.text().await.unwrap().contains("disabled"));
+
+    // Enabled again, the same password signs in.
+    ok(
+        &app,
+        &operator,
+        "users/set_disabled",
+        json!({ "user": alpha_admin, "disabled": false }),
+    )
+    .await;
+    let admin = signed_in(&app, "alpha@example.com", ADMIN_PASSWORD).await;
+    ok(&app, &admin, "rules/list", rules.clone()).await;
+
+    // A reset: a new password, answered once; the old one and the old session end.
+    let password = ok(
+        &app,
+        &operator,
+        "users/reset_password",
+        json!({ "user": alpha_admin }),
+    )
+    .await;
+    let password = password.as_str().unwrap().to_owned();
+    assert!(password.chars().count() >= 12, "{password}");
+    assert!(call(&app, &admin, "rules/list", rules.clone())
+        .await
+        .is_err());
+    let response = browser()
+        .post(app.url("/api/sign_in"))
+        .form(&[("email", "alpha@example.com"), ("password", ADMIN_PASSWORD)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    let admin = signed_in(&app, "alpha@example.com", &password).await;
+    ok(&app, &admin, "rules/list", rules).await;
+
+    // Each is audited in the tenant's log, never with the password.
+    let sluice::store::Db::Sqlite(pool) = &app.db else {
+        panic!("embedded")
+    };
+    let actions: Vec<(String, String)> = sqlx::query_as(
+        "SELECT action, detail FROM audit_events WHERE tenant_id = $1 AND action LIKE 'user.%' ORDER BY id",
+    )
+    .bind(&alpha)
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    let names: Vec<&str> = actions.iter().map(|(a, _)| a.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "user.create",
+            "user.disable",
+            "user.enable",
+            "user.reset_password"
+        ]
+    );
+    assert_eq!(
+        serde_json::from_str::<Value>(&actions[1].1).unwrap()["sessions_ended"],
+        1
+    );
+    assert!(actions.iter().all(|(_, d)| !d.contains(&password)));
+}

@@ -143,6 +143,13 @@ const EXPECTED: &[(&str, &str, u16)] = &[
     ("post", "/v1/admin/operator-keys/{id}/rotate", 400),
     ("post", "/v1/admin/operator-keys/{id}/revoke", 200),
     ("post", "/v1/admin/operator-keys/{id}/revoke", 404),
+    ("get", "/v1/admin/users", 200),
+    ("get", "/v1/admin/users", 403),
+    ("post", "/v1/admin/users/{id}/disable", 200),
+    ("post", "/v1/admin/users/{id}/disable", 404),
+    ("post", "/v1/admin/users/{id}/enable", 200),
+    ("post", "/v1/admin/users/{id}/reset-password", 200),
+    ("post", "/v1/admin/users/{id}/reset-password", 403),
 ];
 
 /// Calls made in the walk: (method, path template, status).
@@ -646,6 +653,78 @@ async fn every_documented_operation_is_exercised_and_answers_a_documented_status
     )
     .await; // 404: a tenant's key is not an operator key
 
+    // Console users, for operators only.
+    sluice::store::users::insert(
+        &app.db,
+        "walker@example.com",
+        "not a hash",
+        app::auth::Role::TenantAdmin,
+        Some(&t),
+    )
+    .await
+    .unwrap();
+    let users = "/v1/admin/users";
+    let (_, listed) = w.call("GET", users, users, Some(&op), None).await;
+    let walker = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|u| u["email"] == "walker@example.com")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    w.call("GET", users, users, Some(&admin), None).await; // 403
+    let disable = "/v1/admin/users/{id}/disable";
+    let (_, disabled) = w
+        .call(
+            "POST",
+            disable,
+            &format!("{users}/{walker}/disable"),
+            Some(&op),
+            None,
+        )
+        .await;
+    assert!(disabled["disabled_at"].is_i64(), "{disabled}");
+    w.call(
+        "POST",
+        disable,
+        &format!("{users}/nobody/disable"),
+        Some(&op),
+        None,
+    )
+    .await; // 404
+    let enable = "/v1/admin/users/{id}/enable";
+    let (_, enabled) = w
+        .call(
+            "POST",
+            enable,
+            &format!("{users}/{walker}/enable"),
+            Some(&op),
+            None,
+        )
+        .await;
+    assert!(enabled["disabled_at"].is_null(), "{enabled}");
+    let reset_password = "/v1/admin/users/{id}/reset-password";
+    let (_, new_password) = w
+        .call(
+            "POST",
+            reset_password,
+            &format!("{users}/{walker}/reset-password"),
+            Some(&op),
+            None,
+        )
+        .await;
+    assert!(new_password["password"].as_str().unwrap().len() >= 12);
+    w.call(
+        "POST",
+        reset_password,
+        &format!("{users}/{walker}/reset-password"),
+        Some(&admin),
+        None,
+    )
+    .await; // 403
+
     // Each call answered exactly the status the walk expects of it, in order ...
     assert_eq!(w.calls.len(), EXPECTED.len(), "{:#?}", w.calls);
     for (i, ((method, template, status), (want_method, want_template, want))) in
@@ -673,7 +752,7 @@ async fn every_documented_operation_is_exercised_and_answers_a_documented_status
             );
         }
     }
-    assert_eq!(operations, 30);
+    assert_eq!(operations, 34);
     // ... and every answer is documented for its operation.
     for (method, template, status) in &w.calls {
         let responses = &paths[template.as_str()][method.as_str()]["responses"];
