@@ -179,9 +179,10 @@ pub fn describe(action: &str, detail: &str) -> String {
             text(&d["client"])
         ),
         "user.sign_in_failed" => format!(
-            "a sign-in as {} from {} failed: wrong email or password",
+            "a sign-in as {} from {} failed: {}",
             text(&d["email"]),
-            text(&d["client"])
+            text(&d["client"]),
+            d["reason"].as_str().unwrap_or("wrong email or password")
         ),
         other => other.to_owned(),
     }

@@ -88,6 +88,13 @@ pub struct UserInfo {
     pub disabled_at: Option<i64>,
 }
 
+/// A reset password, answered once with the email it belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PasswordReset {
+    pub email: String,
+    pub password: String,
+}
+
 /// The signed-in user, read once per page load and shared through context; sign-in and
 /// sign-out refetch it so the navigation follows.
 #[derive(Debug, Clone, Copy)]
@@ -121,7 +128,7 @@ pub trait AuthPort: Send + Sync + 'static {
 
     /// Gives another user a new random password, answered once, and ends their sessions
     /// (operators only).
-    async fn reset_user_password(&self, user: &str) -> Result<String, AppError>;
+    async fn reset_user_password(&self, user: &str) -> Result<PasswordReset, AppError>;
 }
 
 /// Signs in; a wrong email or password gets [`AppError::Invalid`] with a clear message.
@@ -172,7 +179,7 @@ pub async fn set_user_disabled(user: String, disabled: bool) -> Result<UserInfo,
 
 /// A new random password for another user, answered once (operators only).
 #[server(prefix = "/api", endpoint = "users/reset_password", input = Json)]
-pub async fn reset_user_password(user: String) -> Result<String, AppError> {
+pub async fn reset_user_password(user: String) -> Result<PasswordReset, AppError> {
     crate::context::port::<dyn AuthPort>()?
         .reset_user_password(&user)
         .await

@@ -15,8 +15,6 @@ pub fn UsersPage() -> impl IntoView {
         move || (set_disabled.version().get(), reset.version().get()),
         |_| super::list_users(),
     );
-    // Whose password was just reset: the new one is shown once, next to that email.
-    let (reset_for, set_reset_for) = signal(None::<String>);
     view! {
         <h1>"Users"</h1>
         <section class="card" aria-labelledby="users-title">
@@ -38,7 +36,7 @@ pub fn UsersPage() -> impl IntoView {
                             </tr></thead>
                             <tbody>
                                 {list.into_iter().map(|u| view! {
-                                    <UserRow user=u set_disabled=set_disabled reset=reset set_reset_for=set_reset_for/>
+                                    <UserRow user=u set_disabled=set_disabled reset=reset/>
                                 }).collect_view()}
                             </tbody>
                         </table>
@@ -47,10 +45,10 @@ pub fn UsersPage() -> impl IntoView {
             </Transition>
             {move || set_disabled.value().get().and_then(Result::err).map(|e| view! { <ErrorNote error=e/> })}
             {move || reset.value().get().map(|r| match r {
-                Ok(password) => view! {
+                Ok(done) => view! {
                     <p class="ok" role="status" data-testid="password-reset">
-                        "New password for " {reset_for.get().unwrap_or_default()} ": "
-                        <code data-testid="reset-password-value">{password}</code>
+                        "New password for " {done.email} ": "
+                        <code data-testid="reset-password-value">{done.password}</code>
                         ". Hand it over now: it is not shown again."
                     </p>
                 }.into_any(),
@@ -65,7 +63,6 @@ fn UserRow(
     user: UserInfo,
     set_disabled: ServerAction<SetUserDisabled>,
     reset: ServerAction<ResetUserPassword>,
-    set_reset_for: WriteSignal<Option<String>>,
 ) -> impl IntoView {
     let enabled = user.disabled_at.is_none();
     let email = user.email.clone();
@@ -88,9 +85,7 @@ fn UserRow(
     });
     let reset_it = Callback::new({
         let id = user.id.clone();
-        let email = email.clone();
         move |()| {
-            set_reset_for.set(Some(email.clone()));
             reset.dispatch(ResetUserPassword { user: id.clone() });
         }
     });

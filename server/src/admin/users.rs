@@ -36,6 +36,16 @@ async fn hash_new_password(field: &str, password: &str) -> Result<String, Servic
         .map_err(|e| ServiceError::Internal(e.to_string()))
 }
 
+/// How a sign-in whose password was checked ended, for its audit event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignIn {
+    Done,
+    /// An unknown email or a wrong password (the event does not say which).
+    Wrong,
+    /// The right password for a disabled account.
+    Disabled,
+}
+
 /// The most characters of a typed email a failed sign-in's audit event keeps.
 const AUDITED_EMAIL_CHARS: usize = 254;
 
@@ -52,8 +62,14 @@ impl AdminService {
     ) -> Result<u64, ServiceError> {
         let hash = hash_new_password("new_password", new_password).await?;
         let mut tx = self.db.begin().await?;
-        if !store::users::set_password_hash(&mut tx, &user.id, &hash).await? {
-            return Err(ServiceError::NotFound("user"));
+        // Only over the hash the current password was checked against.
+        if !store::users::set_password_hash(&mut tx, &user.id, Some(&user.password_hash), &hash)
+            .await?
+        {
+            return Err(ServiceError::Conflict(
+                "your password was changed meanwhile (by an operator's reset?): sign in again"
+                    .into(),
+            ));
         }
         let ended = store::sessions::end_for_user(&mut tx, &user.id).await?;
         let detail = json!({ "email": user.email, "sessions_ended": ended });
@@ -81,19 +97,30 @@ impl AdminService {
         &self,
         email: &str,
         client: &str,
-        signed_in: bool,
+        outcome: SignIn,
     ) -> Result<(), ServiceError> {
         let email: String = if app::text::unreadable(email).is_some() {
             "(unreadable)".to_owned()
         } else {
             email.chars().take(AUDITED_EMAIL_CHARS).collect()
         };
-        let (actor, action) = if signed_in {
-            (format!("user:{email}"), "user.sign_in")
-        } else {
-            (format!("client:{client}"), "user.sign_in_failed")
+        let (actor, action, reason) = match outcome {
+            SignIn::Done => (format!("user:{email}"), "user.sign_in", None),
+            SignIn::Wrong => (
+                format!("client:{client}"),
+                "user.sign_in_failed",
+                Some("wrong email or password"),
+            ),
+            SignIn::Disabled => (
+                format!("client:{client}"),
+                "user.sign_in_failed",
+                Some("the account is disabled"),
+            ),
         };
-        let detail = json!({ "email": email, "client": client });
+        let mut detail = json!({ "email": email, "client": client });
+        if let Some(reason) = reason {
+            detail["reason"] = json!(reason);
+        }
         store::audit::record(&self.db, None, &actor, action, None, &detail).await?;
         Ok(())
     }
@@ -179,6 +206,10 @@ impl AdminService {
         let mut user = self
             .other_user(actor, user_id, "disable and enable users")
             .await?;
+        // Already so: nothing to change, end or audit.
+        if user.disabled_at.is_some() == disabled {
+            return Ok(user);
+        }
         let at = disabled.then(store::now_ms);
         let mut tx = self.db.begin().await?;
         if !store::users::set_disabled(&mut tx, &user.id, at).await? {
@@ -213,16 +244,17 @@ impl AdminService {
     /// Gives a user a new random password, returned once to be handed over, and ends every
     /// session of theirs; audited as `user.reset_password` (never the password). Operators
     /// only, and never their own account (which changes its password on the Account page).
+    /// Returns the user's email and the new password.
     pub async fn reset_password(
         &self,
         actor: &Actor,
         user_id: &str,
-    ) -> Result<String, ServiceError> {
+    ) -> Result<(String, String), ServiceError> {
         let user = self.other_user(actor, user_id, "reset passwords").await?;
         let password = crate::passwords::generate();
         let hash = hash_new_password("password", &password).await?;
         let mut tx = self.db.begin().await?;
-        if !store::users::set_password_hash(&mut tx, &user.id, &hash).await? {
+        if !store::users::set_password_hash(&mut tx, &user.id, None, &hash).await? {
             return Err(ServiceError::NotFound("user"));
         }
         let ended = store::sessions::end_for_user(&mut tx, &user.id).await?;
@@ -239,7 +271,7 @@ impl AdminService {
             [],
         )
         .await?;
-        Ok(password)
+        Ok((user.email, password))
     }
 
     /// On an instance with no users yet, creates [`BOOTSTRAP_EMAIL`] as an operator with

@@ -87,15 +87,19 @@ pub async fn list(db: &Db) -> Result<Vec<User>, StoreError> {
     Ok(with_pool!(db, pool => sqlx::query_as::<_, User>(&sql).fetch_all(pool).await?))
 }
 
-/// Replaces a user's password hash. Returns whether the user exists.
+/// Replaces a user's password hash; with `expected`, only while the stored hash is still that
+/// one (so a change checked against the old password cannot undo a reset that committed in
+/// between). Returns whether it replaced it.
 pub async fn set_password_hash(
     exec: impl Into<Exec<'_>>,
     id: &str,
+    expected: Option<&str>,
     password_hash: &str,
 ) -> Result<bool, StoreError> {
-    let sql = "UPDATE users SET password_hash = $2 WHERE id = $1";
+    let sql =
+        "UPDATE users SET password_hash = $2 WHERE id = $1 AND ($3 IS NULL OR password_hash = $3)";
     let changed = with_exec!(exec.into(), conn => {
-        sqlx::query(sql).bind(id).bind(password_hash).execute(conn).await?.rows_affected()
+        sqlx::query(sql).bind(id).bind(password_hash).bind(expected).execute(conn).await?.rows_affected()
     });
     Ok(changed == 1)
 }

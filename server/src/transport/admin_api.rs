@@ -419,7 +419,7 @@ async fn reset_user_password(
     Acting(actor): Acting,
     Path(id): Path<String>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let password = state.admin.reset_password(&actor, &id).await?;
+    let (_, password) = state.admin.reset_password(&actor, &id).await?;
     Ok(Json(serde_json::json!({ "password": password })))
 }
 

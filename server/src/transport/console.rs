@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use app::audit::{AuditEntry, AuditFilter, AuditPort};
-use app::auth::{AuthPort, Role, SignedInUser, UserInfo};
+use app::auth::{AuthPort, PasswordReset, Role, SignedInUser, UserInfo};
 use app::dashboard::{DashboardPort, Range};
 use app::keys::{sha256_hex, KeyInfo, KeyKind, KeysPort};
 use app::rules::{
@@ -25,6 +25,7 @@ use super::client_ip::ClientIp;
 use super::readiness;
 use crate::admin::keys::{KeyBody, RotateBody};
 use crate::admin::rule_files::{read_rules_file, write_rules_file, FileFormat, RuleSet};
+use crate::admin::users::SignIn;
 use crate::admin::{Actor, AdminService, ServiceError};
 use crate::dashboard::view::Scope as DashboardScope;
 use crate::dashboard::Dashboard;
@@ -185,20 +186,50 @@ fn signed_in(user: User) -> SignedInUser {
 /// admin service's actor. Without a session, or for a user who no longer exists, it is
 /// `Unauthorized`.
 pub async fn session_actor(db: &Db, session: &Session) -> Result<Actor, AppError> {
+    actor_of(
+        session_owner(db, session)
+            .await?
+            .ok_or(AppError::Unauthorized)?,
+    )
+}
+
+/// The session's data key that holds [`password_mark`] of the hash the user signed in with.
+const PASSWORD_MARK: &str = "password_mark";
+
+/// A short digest of a stored password hash (each hash has its own salt, so every new
+/// password gives a new mark). Kept in the session, it ties the session to the password it
+/// was started with.
+fn password_mark(password_hash: &str) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(&Sha256::digest(password_hash.as_bytes())[..8])
+}
+
+/// The user `session` belongs to, read from the store on every call: none without a session,
+/// for a user who no longer exists or is disabled, or for a session started with a password
+/// the user no longer has. The last two are second locks: disabling a user and changing or
+/// resetting a password end the user's sessions, but a sign-in already past its password
+/// check writes its session after that (a session from before marks were kept has none, and
+/// is ended by the row deletion alone).
+async fn session_owner(db: &Db, session: &Session) -> Result<Option<User>, AppError> {
     let Some(id) = session
         .get::<String>(USER_ID)
         .await
         .map_err(session_error)?
     else {
-        return Err(AppError::Unauthorized);
+        return Ok(None);
     };
-    // A disabled user's sessions were ended when it was disabled; this is the second lock.
-    let user = store::users::get(db, &id)
+    let mark = session
+        .get::<String>(PASSWORD_MARK)
+        .await
+        .map_err(session_error)?;
+    Ok(store::users::get(db, &id)
         .await
         .map_err(store_error)?
         .filter(|u| u.disabled_at.is_none())
-        .ok_or(AppError::Unauthorized)?;
-    actor_of(user)
+        .filter(|u| {
+            mark.as_deref()
+                .is_none_or(|m| m == password_mark(&u.password_hash))
+        }))
 }
 
 fn user_info(user: User) -> UserInfo {
@@ -283,17 +314,7 @@ impl ConsoleService {
     }
 
     async fn session_user(&self) -> Result<Option<User>, AppError> {
-        let Some(id) = session()?
-            .get::<String>(USER_ID)
-            .await
-            .map_err(session_error)?
-        else {
-            return Ok(None);
-        };
-        Ok(store::users::get(&self.db, &id)
-            .await
-            .map_err(store_error)?
-            .filter(|u| u.disabled_at.is_none()))
+        session_owner(&self.db, &session()?).await
     }
 
     /// The session's user as the admin service's actor.
@@ -353,11 +374,12 @@ impl AuthPort for ConsoleService {
         // answer.
         let client = client_address();
         let enabled = user.as_ref().is_some_and(|u| u.disabled_at.is_none());
-        if let Err(e) = self
-            .admin
-            .record_sign_in(&email, &client, matched && enabled)
-            .await
-        {
+        let outcome = match (matched && user.is_some(), enabled) {
+            (false, _) => SignIn::Wrong,
+            (true, false) => SignIn::Disabled,
+            (true, true) => SignIn::Done,
+        };
+        if let Err(e) = self.admin.record_sign_in(&email, &client, outcome).await {
             tracing::warn!(error = %e, "a sign-in could not be audited");
         }
         let Some(user) = user.filter(|_| matched) else {
@@ -374,6 +396,10 @@ impl AuthPort for ConsoleService {
         session.cycle_id().await.map_err(session_error)?;
         session
             .insert(USER_ID, &user.id)
+            .await
+            .map_err(session_error)?;
+        session
+            .insert(PASSWORD_MARK, password_mark(&user.password_hash))
             .await
             .map_err(session_error)?;
         Ok(signed_in(user))
@@ -411,9 +437,18 @@ impl AuthPort for ConsoleService {
             .change_password(&actor, &user, new)
             .await
             .map_err(service_error)?;
-        // This session ended with the others; it goes on under a new id, so a copy of its
-        // old cookie is worthless too.
-        session()?.cycle_id().await.map_err(session_error)?;
+        // This session ended with the others; it goes on under a new id (so a copy of its
+        // old cookie is worthless too), marked with the new password.
+        let changed = store::users::get(&self.db, &user.id)
+            .await
+            .map_err(store_error)?
+            .ok_or(AppError::Unauthorized)?;
+        let session = session()?;
+        session.cycle_id().await.map_err(session_error)?;
+        session
+            .insert(PASSWORD_MARK, password_mark(&changed.password_hash))
+            .await
+            .map_err(session_error)?;
         Ok(ended.saturating_sub(1))
     }
 
@@ -432,12 +467,14 @@ impl AuthPort for ConsoleService {
             .map_err(service_error)
     }
 
-    async fn reset_user_password(&self, user: &str) -> Result<String, AppError> {
+    async fn reset_user_password(&self, user: &str) -> Result<PasswordReset, AppError> {
         let actor = self.actor().await?;
-        self.admin
+        let (email, password) = self
+            .admin
             .reset_password(&actor, user)
             .await
-            .map_err(service_error)
+            .map_err(service_error)?;
+        Ok(PasswordReset { email, password })
     }
 
     async fn current_user(&self) -> Result<Option<SignedInUser>, AppError> {

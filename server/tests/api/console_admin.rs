@@ -489,6 +489,22 @@ async fn an_operator_disables_enables_and_resets_a_user_and_their_sessions_end_a
         .unwrap();
     assert_eq!(response.status(), 403);
     assert!(response.text().await.unwrap().contains("disabled"));
+    // A wrong password learns nothing of it.
+    let response = again
+        .post(app.url("/api/sign_in"))
+        .form(&[
+            ("email", "alpha@example.com"),
+            ("password", "not the password"),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    let said = response.text().await.unwrap();
+    assert!(
+        said.contains("wrong email or password") && !said.contains("disabled"),
+        "{said}"
+    );
 
     // Enabled again, the same password signs in.
     ok(
@@ -509,7 +525,9 @@ async fn an_operator_disables_enables_and_resets_a_user_and_their_sessions_end_a
         json!({ "user": alpha_admin }),
     )
     .await;
-    let password = password.as_str().unwrap().to_owned();
+    // Named with the email it belongs to, so two resets in a row cannot be mixed up.
+    assert_eq!(password["email"], "alpha@example.com");
+    let password = password["password"].as_str().unwrap().to_owned();
     assert!(password.chars().count() >= 12, "{password}");
     assert!(call(&app, &admin, "rules/list", rules.clone())
         .await
@@ -550,4 +568,24 @@ async fn an_operator_disables_enables_and_resets_a_user_and_their_sessions_end_a
         1
     );
     assert!(actions.iter().all(|(_, d)| !d.contains(&password)));
+    // The right password for the disabled account is audited as such, the wrong one not.
+    let reasons: Vec<String> = sqlx::query_scalar(
+        "SELECT detail FROM audit_events WHERE action = 'user.sign_in_failed' ORDER BY id",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    let reasons: Vec<Value> = reasons
+        .iter()
+        .map(|d| serde_json::from_str::<Value>(d).unwrap()["reason"].clone())
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            json!("the account is disabled"),
+            json!("wrong email or password"),
+            // The old password after the reset.
+            json!("wrong email or password"),
+        ]
+    );
 }
