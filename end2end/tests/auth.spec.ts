@@ -2,6 +2,7 @@ import {
   test, expect, waitForHydration, signIn, signedInAsNewTenantAdmin, tenantWithAdmin, serverFn, unique,
   ADMIN_PASSWORD, OPERATOR, OPERATOR_PASSWORD,
 } from './fixtures';
+import type { Page } from '@playwright/test';
 
 const EMAIL = 'admin@localhost';
 const PASSWORD = 'e2e operator password';
@@ -47,6 +48,18 @@ test('sign-in, a wrong password, and sign-out that really ends the session', asy
   await expect(page.getByTestId('not-signed-in')).toBeVisible();
 });
 
+/** Opens `path`, which must send the page to sign-in, and signs in there as `email` with
+ * `password`, which must be refused: the refusal's message, to check. */
+async function signedOutThenRefused(page: Page, path: string, email: string, password: string) {
+  await page.goto(path);
+  await expect(page).toHaveURL(/\/sign-in/);
+  await waitForHydration(page);
+  await page.getByLabel('Email').fill(email);
+  await page.getByLabel('Password').fill(password);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  return page.getByTestId('sign-in-error');
+}
+
 test('a tenant admin changes their password: the current one is needed, and the session elsewhere ends', async ({
   page, browser,
 }) => {
@@ -83,13 +96,8 @@ test('a tenant admin changes their password: the current one is needed, and the 
   await page.goto(`/tenants/${t.id}/rules`);
   await expect(page.getByTestId('nav-account')).toHaveText(t.email);
   // The other one's next page sends it to sign in, where the old password no longer works.
-  await elsewhere.goto(`/tenants/${t.id}/keys`);
-  await expect(elsewhere).toHaveURL(/\/sign-in/);
-  await waitForHydration(elsewhere);
-  await elsewhere.getByLabel('Email').fill(t.email);
-  await elsewhere.getByLabel('Password').fill(ADMIN_PASSWORD);
-  await elsewhere.getByRole('button', { name: 'Sign in' }).click();
-  await expect(elsewhere.getByTestId('sign-in-error')).toContainText('wrong email or password');
+  await expect(await signedOutThenRefused(elsewhere, `/tenants/${t.id}/keys`, t.email, ADMIN_PASSWORD))
+    .toContainText('wrong email or password');
   await signIn(elsewhere, t.email, newPassword);
   await elsewhere.context().close();
 });
@@ -120,13 +128,8 @@ test('an operator disables a signed-in user, whose next action is refused, and a
   const [allowed, said] = await serverFn(elsewhere, 'rules/list', { tenant: t.id });
   expect(allowed, said).toBe(false);
   expect(said).toContain('Unauthorized');
-  await elsewhere.goto(`/tenants/${t.id}/keys`);
-  await expect(elsewhere).toHaveURL(/\/sign-in/);
-  await waitForHydration(elsewhere);
-  await elsewhere.getByLabel('Email').fill(t.email);
-  await elsewhere.getByLabel('Password').fill(ADMIN_PASSWORD);
-  await elsewhere.getByRole('button', { name: 'Sign in' }).click();
-  await expect(elsewhere.getByTestId('sign-in-error')).toContainText('disabled');
+  await expect(await signedOutThenRefused(elsewhere, `/tenants/${t.id}/keys`, t.email, ADMIN_PASSWORD))
+    .toContainText('disabled');
 
   // Enabled again, then a reset: the new password is shown once and signs in.
   await row.getByTestId('enable-user').click();

@@ -7,6 +7,7 @@ use serde_json::json;
 
 use super::{invalid, Actor, AdminService, Event, ServiceError};
 use crate::store;
+use crate::store::Tx;
 
 /// The account an embedded instance creates on its first start.
 pub const BOOTSTRAP_EMAIL: &str = "admin@localhost";
@@ -61,31 +62,21 @@ impl AdminService {
         new_password: &str,
     ) -> Result<u64, ServiceError> {
         let hash = hash_new_password("new_password", new_password).await?;
-        let mut tx = self.db.begin().await?;
         // Only over the hash the current password was checked against.
-        if !store::users::set_password_hash(&mut tx, &user.id, Some(&user.password_hash), &hash)
-            .await?
-        {
-            return Err(ServiceError::Conflict(
+        self.replace_password(
+            actor,
+            user,
+            Some(&user.password_hash),
+            &hash,
+            "user.password",
+        )
+        .await?
+        .ok_or_else(|| {
+            ServiceError::Conflict(
                 "your password was changed meanwhile (by an operator's reset?): sign in again"
                     .into(),
-            ));
-        }
-        let ended = store::sessions::end_for_user(&mut tx, &user.id).await?;
-        let detail = json!({ "email": user.email, "sessions_ended": ended });
-        self.commit(
-            tx,
-            actor,
-            Event {
-                tenant: user.tenant_id.as_deref(),
-                action: "user.password",
-                target: Some(&user.id),
-                detail,
-            },
-            [],
-        )
-        .await?;
-        Ok(ended)
+            )
+        })
     }
 
     /// Records a sign-in whose password was checked, in the platform's audit log: the email
@@ -215,28 +206,13 @@ impl AdminService {
         if !store::users::set_disabled(&mut tx, &user.id, at).await? {
             return Err(ServiceError::NotFound("user"));
         }
-        let ended = if disabled {
-            store::sessions::end_for_user(&mut tx, &user.id).await?
+        let action = if disabled {
+            "user.disable"
         } else {
-            0
+            "user.enable"
         };
-        let detail = json!({ "email": user.email, "sessions_ended": ended });
-        self.commit(
-            tx,
-            actor,
-            Event {
-                tenant: user.tenant_id.as_deref(),
-                action: if disabled {
-                    "user.disable"
-                } else {
-                    "user.enable"
-                },
-                target: Some(&user.id),
-                detail,
-            },
-            [],
-        )
-        .await?;
+        self.commit_user_change(tx, actor, &user, action, disabled)
+            .await?;
         user.disabled_at = at;
         Ok(user)
     }
@@ -253,25 +229,63 @@ impl AdminService {
         let user = self.other_user(actor, user_id, "reset passwords").await?;
         let password = crate::passwords::generate();
         let hash = hash_new_password("password", &password).await?;
+        self.replace_password(actor, &user, None, &hash, "user.reset_password")
+            .await?
+            .ok_or(ServiceError::NotFound("user"))?;
+        Ok((user.email, password))
+    }
+
+    /// Replaces `user`'s password hash with `hash` (only while it is still `expected`, when
+    /// given), ends their sessions and commits with the audit event `action`. Returns how many
+    /// sessions ended, or `None` when nothing was replaced.
+    async fn replace_password(
+        &self,
+        actor: &Actor,
+        user: &store::users::User,
+        expected: Option<&str>,
+        hash: &str,
+        action: &str,
+    ) -> Result<Option<u64>, ServiceError> {
         let mut tx = self.db.begin().await?;
-        if !store::users::set_password_hash(&mut tx, &user.id, None, &hash).await? {
-            return Err(ServiceError::NotFound("user"));
+        if !store::users::set_password_hash(&mut tx, &user.id, expected, hash).await? {
+            return Ok(None);
         }
-        let ended = store::sessions::end_for_user(&mut tx, &user.id).await?;
+        Ok(Some(
+            self.commit_user_change(tx, actor, user, action, true)
+                .await?,
+        ))
+    }
+
+    /// Commits a change to `user` made in `tx`, first ending every session of theirs when
+    /// `end_sessions`, with the audit event `action` (their email and how many sessions
+    /// ended; in their tenant's log, or the platform's for an operator). Returns that number.
+    async fn commit_user_change(
+        &self,
+        mut tx: Tx,
+        actor: &Actor,
+        user: &store::users::User,
+        action: &str,
+        end_sessions: bool,
+    ) -> Result<u64, ServiceError> {
+        let ended = if end_sessions {
+            store::sessions::end_for_user(&mut tx, &user.id).await?
+        } else {
+            0
+        };
         let detail = json!({ "email": user.email, "sessions_ended": ended });
         self.commit(
             tx,
             actor,
             Event {
                 tenant: user.tenant_id.as_deref(),
-                action: "user.reset_password",
+                action,
                 target: Some(&user.id),
                 detail,
             },
             [],
         )
         .await?;
-        Ok((user.email, password))
+        Ok(ended)
     }
 
     /// On an instance with no users yet, creates [`BOOTSTRAP_EMAIL`] as an operator with

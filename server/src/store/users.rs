@@ -23,6 +23,20 @@ pub struct User {
     pub disabled_at: Option<i64>,
 }
 
+/// A user as the console and the admin API show it (never its password hash).
+impl From<User> for app::auth::UserInfo {
+    fn from(u: User) -> Self {
+        app::auth::UserInfo {
+            id: u.id,
+            email: u.email,
+            role: u.role,
+            tenant_id: u.tenant_id,
+            created_at: u.created_at,
+            disabled_at: u.disabled_at,
+        }
+    }
+}
+
 const COLUMNS: &str = "id, email, password_hash, role, tenant_id, created_at, disabled_at";
 
 /// Stores a user. Emails are unique (compared in lower case).

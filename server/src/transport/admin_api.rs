@@ -362,37 +362,16 @@ async fn set_quotas(
     Ok(Json(state.admin.set_quotas(&actor, &tenant, &body).await?))
 }
 
-/// A console user as the admin API shows it (never its password hash).
-#[derive(Debug, serde::Serialize)]
-struct UserView {
-    id: String,
-    email: String,
-    role: app::auth::Role,
-    tenant_id: Option<String>,
-    created_at: i64,
-    disabled_at: Option<i64>,
-}
-
-impl From<crate::store::users::User> for UserView {
-    fn from(u: crate::store::users::User) -> Self {
-        UserView {
-            id: u.id,
-            email: u.email,
-            role: u.role,
-            tenant_id: u.tenant_id,
-            created_at: u.created_at,
-            disabled_at: u.disabled_at,
-        }
-    }
-}
-
 async fn list_users(
     State(state): State<AppState>,
     Acting(actor): Acting,
 ) -> Result<impl IntoResponse, ApiError> {
     let users = state.admin.list_users(&actor).await?;
     Ok(Json(
-        users.into_iter().map(UserView::from).collect::<Vec<_>>(),
+        users
+            .into_iter()
+            .map(app::auth::UserInfo::from)
+            .collect::<Vec<_>>(),
     ))
 }
 
@@ -402,7 +381,7 @@ async fn disable_user(
     Path(id): Path<String>,
 ) -> Result<impl IntoResponse, ApiError> {
     let user = state.admin.set_user_disabled(&actor, &id, true).await?;
-    Ok(Json(UserView::from(user)))
+    Ok(Json(app::auth::UserInfo::from(user)))
 }
 
 async fn enable_user(
@@ -411,7 +390,7 @@ async fn enable_user(
     Path(id): Path<String>,
 ) -> Result<impl IntoResponse, ApiError> {
     let user = state.admin.set_user_disabled(&actor, &id, false).await?;
-    Ok(Json(UserView::from(user)))
+    Ok(Json(app::auth::UserInfo::from(user)))
 }
 
 async fn reset_user_password(

@@ -232,17 +232,6 @@ async fn session_owner(db: &Db, session: &Session) -> Result<Option<User>, AppEr
         }))
 }
 
-fn user_info(user: User) -> UserInfo {
-    UserInfo {
-        id: user.id,
-        email: user.email,
-        role: user.role,
-        tenant_id: user.tenant_id,
-        created_at: user.created_at,
-        disabled_at: user.disabled_at,
-    }
-}
-
 fn actor_of(user: User) -> Result<Actor, AppError> {
     let label = format!("user:{}", user.email);
     match (user.role, user.tenant_id) {
@@ -455,7 +444,7 @@ impl AuthPort for ConsoleService {
     async fn list_users(&self) -> Result<Vec<UserInfo>, AppError> {
         let actor = self.actor().await?;
         let users = self.admin.list_users(&actor).await.map_err(service_error)?;
-        Ok(users.into_iter().map(user_info).collect())
+        Ok(users.into_iter().map(UserInfo::from).collect())
     }
 
     async fn set_user_disabled(&self, user: &str, disabled: bool) -> Result<UserInfo, AppError> {
@@ -463,7 +452,7 @@ impl AuthPort for ConsoleService {
         self.admin
             .set_user_disabled(&actor, user, disabled)
             .await
-            .map(user_info)
+            .map(UserInfo::from)
             .map_err(service_error)
     }
 

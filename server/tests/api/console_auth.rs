@@ -162,6 +162,20 @@ async fn a_session_of_a_disabled_user_or_from_before_a_password_change_is_refuse
     );
 }
 
+/// Fails if any audit event's detail holds one of `secrets`.
+async fn assert_nowhere_in_the_audit_log(app: &TestApp, secrets: &[&str]) {
+    let sluice::store::Db::Sqlite(pool) = &app.db else {
+        panic!("embedded")
+    };
+    let log: Vec<String> = sqlx::query_scalar("SELECT detail FROM audit_events")
+        .fetch_all(pool)
+        .await
+        .unwrap();
+    for secret in secrets {
+        assert!(log.iter().all(|d| !d.contains(secret)), "{log:?}");
+    }
+}
+
 /// The audit events of `action`, oldest first: (actor, detail).
 async fn audited(app: &TestApp, action: &str) -> Vec<(String, Value)> {
     let sluice::store::Db::Sqlite(pool) = &app.db else {
@@ -270,16 +284,7 @@ async fn a_password_change_needs_the_current_one_and_ends_every_other_session_of
     assert_eq!(changed.len(), 1, "{changed:?}");
     assert_eq!(changed[0].0, "user:admin@localhost");
     assert_eq!(changed[0].1["sessions_ended"], 2);
-    let sluice::store::Db::Sqlite(pool) = &app.db else {
-        panic!("embedded")
-    };
-    let log: Vec<String> = sqlx::query_scalar("SELECT detail FROM audit_events")
-        .fetch_all(pool)
-        .await
-        .unwrap();
-    for secret in [PASSWORD, new_password, "not it at all"] {
-        assert!(log.iter().all(|d| !d.contains(secret)), "{log:?}");
-    }
+    assert_nowhere_in_the_audit_log(&app, &[PASSWORD, new_password, "not it at all"]).await;
 }
 
 #[tokio::test]
@@ -310,16 +315,7 @@ async fn sign_ins_and_failed_sign_ins_are_audited_with_the_client_and_never_the_
     let signed_in = audited(&app, "user.sign_in").await;
     assert_eq!(signed_in.len(), 1, "{signed_in:?}");
     assert_eq!(signed_in[0].0, "user:admin@localhost");
-    let sluice::store::Db::Sqlite(pool) = &app.db else {
-        panic!("embedded")
-    };
-    let log: Vec<String> = sqlx::query_scalar("SELECT detail FROM audit_events")
-        .fetch_all(pool)
-        .await
-        .unwrap();
-    for secret in [PASSWORD, "a wrong guess", "another guess"] {
-        assert!(log.iter().all(|d| !d.contains(secret)), "{log:?}");
-    }
+    assert_nowhere_in_the_audit_log(&app, &[PASSWORD, "a wrong guess", "another guess"]).await;
 }
 
 #[tokio::test]
