@@ -6,6 +6,7 @@ use leptos_router::components::{Route, Router, Routes, A};
 use leptos_router::{path, SsrMode};
 
 use crate::audit::view::{PlatformAuditPage, TenantAuditPage};
+use crate::auth::admins::TenantAdminsPage;
 use crate::auth::users::UsersPage;
 use crate::auth::{current_user, AccountPage, Role, SignInPage, SignedInUser, UserResource};
 use crate::dashboard::view::{FleetDashboardPage, TenantDashboardPage};
@@ -63,7 +64,7 @@ pub fn App() -> impl IntoView {
                 <Routes fallback=|| view! { <NotFound/> }>
                     <Route path=path!("/") view=HomePage/>
                     <Route path=path!("/sign-in") view=SignInPage/>
-                    <Route path=path!("/account") view=AccountPage/>
+                    <Route path=path!("/account") view=AccountPage ssr=SsrMode::Async/>
                     // The management pages wait for their data on the server and arrive as one
                     // complete document, readable before (and without) any script.
                     // Each is behind its `Gate`: sign-in first, operators' pages for operators,
@@ -78,6 +79,7 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/tenants/:tenant/keys") view=|| view! { <Gate need=Need::Tenant><KeysPage/></Gate> } ssr=SsrMode::Async/>
                     <Route path=path!("/tenants/:tenant/audit") view=|| view! { <Gate need=Need::Tenant><TenantAuditPage/></Gate> } ssr=SsrMode::Async/>
                     <Route path=path!("/tenants/:tenant/simulate") view=|| view! { <Gate need=Need::Tenant><SimulatePage/></Gate> } ssr=SsrMode::Async/>
+                    <Route path=path!("/tenants/:tenant/admins") view=|| view! { <Gate need=Need::Tenant><TenantAdminsPage/></Gate> } ssr=SsrMode::Async/>
                 </Routes>
             </main>
         </Router>
@@ -132,6 +134,7 @@ fn MainNav(user: Option<SignedInUser>) -> impl IntoView {
                     <A href=format!("/tenants/{t}/keys")>"Keys"</A>
                     <A href=format!("/tenants/{t}/audit")>"Audit log"</A>
                     <A href=format!("/tenants/{t}/simulate")>"Simulate"</A>
+                    <A href=format!("/tenants/{t}/admins")>"Admins"</A>
                 }
                 .into_any(),
                 _ => view! {

@@ -1,6 +1,6 @@
 // Shared fixtures: every test fails on a browser-side error, and can save screenshots as
 // artifacts under end2end/artifacts/.
-import { test as base, expect, type Page } from '@playwright/test';
+import { test as base, expect, type Locator, type Page } from '@playwright/test';
 import { randomBytes } from 'node:crypto';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
@@ -89,6 +89,15 @@ export async function signedInAsNewTenantAdmin(page: Page, name: string): Promis
   await signOut(page);
   await signIn(page, t.email, ADMIN_PASSWORD);
   return t;
+}
+
+/** Presses Tab (Shift+Tab when `back`) until `target` has the focus; fails after `most` presses. */
+export async function tabTo(page: Page, target: Locator, most: number, back = false) {
+  for (let n = 0; n < most; n++) {
+    await page.keyboard.press(back ? 'Shift+Tab' : 'Tab');
+    if (await target.evaluate((el) => el === document.activeElement)) return;
+  }
+  throw new Error(`${target} is not reached in ${most} presses of ${back ? 'Shift+Tab' : 'Tab'}`);
 }
 
 export { expect };

@@ -1,16 +1,6 @@
 // The rules form with the keyboard alone: no click and no mouse, every step by Tab, Enter,
 // typing and Escape, with the focus where the user needs it after each one.
-import { test, expect, waitForHydration, signedInAsNewTenantAdmin } from './fixtures';
-import type { Locator, Page } from '@playwright/test';
-
-/** Presses Tab (Shift+Tab when `back`) until `target` has the focus; fails after `most` presses. */
-async function tabTo(page: Page, target: Locator, most: number, back = false) {
-  for (let n = 0; n < most; n++) {
-    await page.keyboard.press(back ? 'Shift+Tab' : 'Tab');
-    if (await target.evaluate((el) => el === document.activeElement)) return;
-  }
-  throw new Error(`${target} is not reached in ${most} presses of ${back ? 'Shift+Tab' : 'Tab'}`);
-}
+import { test, expect, waitForHydration, signedInAsNewTenantAdmin, tabTo } from './fixtures';
 
 test('a rule is created, edited, cancelled and deleted with the keyboard alone, and the focus follows', async ({
   page, browserErrors,

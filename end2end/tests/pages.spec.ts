@@ -109,6 +109,7 @@ test('every page fits a phone, passes an accessibility scan, and is photographed
     { name: 'keys', path: `${tenant}/keys`, ready: '[data-testid="keys-table"]' },
     { name: 'tenant-audit', path: `${tenant}/audit`, ready: '[data-testid="audit-table"]' },
     { name: 'simulate', path: `${tenant}/simulate`, ready: 'form' },
+    { name: 'tenant-admins', path: `${tenant}/admins`, ready: '[data-testid="admins-table"]' },
     { name: 'forbidden', path: '/tenants', ready: '[data-testid="forbidden"]', status: 403 },
     { name: 'not-found', path: '/no-such-page', ready: 'h1', status: 404 },
   ]);

@@ -14,6 +14,16 @@ fn text(v: &Value) -> String {
     }
 }
 
+/// "no session ended", "1 session ended" or "3 sessions ended", from `sessions_ended`.
+fn sessions_ended(d: &Value) -> String {
+    match d["sessions_ended"].as_u64() {
+        Some(0) => "no session ended".to_owned(),
+        Some(1) => "1 session ended".to_owned(),
+        Some(n) => format!("{n} sessions ended"),
+        None => "sessions ended".to_owned(),
+    }
+}
+
 /// `rule checkout (exact POST /checkout, 3 / 10 min)`, from a rule body's JSON.
 fn rule(r: &Value) -> String {
     let applies = match (&r["route"], &r["descriptor"]) {
@@ -162,16 +172,23 @@ pub fn describe(action: &str, detail: &str) -> String {
             ),
             _ => format!("{} changed their password", text(&d["email"])),
         },
-        "user.disable" => format!(
-            "disabled {}; {} sessions ended",
-            text(&d["email"]),
-            text(&d["sessions_ended"])
-        ),
+        "user.disable" => format!("disabled {}; {}", text(&d["email"]), sessions_ended(&d)),
         "user.enable" => format!("enabled {}", text(&d["email"])),
         "user.reset_password" => format!(
-            "reset the password of {}; {} sessions ended",
+            "reset the password of {}; {}",
             text(&d["email"]),
-            text(&d["sessions_ended"])
+            sessions_ended(&d)
+        ),
+        "user.delete" => format!("deleted {}; {}", text(&d["email"]), sessions_ended(&d)),
+        "user.sign_out" => format!(
+            "signed {} out everywhere; {}",
+            text(&d["email"]),
+            sessions_ended(&d)
+        ),
+        "user.sign_out_others" => format!(
+            "{} signed out their other sessions; {}",
+            text(&d["email"]),
+            sessions_ended(&d)
         ),
         "user.sign_in" => format!(
             "{} signed in from {}",
@@ -240,6 +257,16 @@ mod tests {
                 "user.disable",
                 r#"{"email":"ana@example.com","sessions_ended":2}"#.to_owned(),
                 "disabled ana@example.com; 2 sessions ended",
+            ),
+            (
+                "user.delete",
+                r#"{"email":"ana@example.com","sessions_ended":1}"#.to_owned(),
+                "deleted ana@example.com; 1 session ended",
+            ),
+            (
+                "user.sign_out_others",
+                r#"{"email":"ana@example.com","sessions_ended":2}"#.to_owned(),
+                "ana@example.com signed out their other sessions; 2 sessions ended",
             ),
             ("something.new", "not json".to_owned(), "something.new"),
         ];

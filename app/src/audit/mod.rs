@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::AppError;
 
 /// Every action the audit log records.
-pub const ACTIONS: [&str; 21] = [
+pub const ACTIONS: [&str; 24] = [
     "tenant.create",
     "tenant.suspend",
     "tenant.resume",
@@ -21,6 +21,9 @@ pub const ACTIONS: [&str; 21] = [
     "user.disable",
     "user.enable",
     "user.reset_password",
+    "user.delete",
+    "user.sign_out",
+    "user.sign_out_others",
     "user.sign_in",
     "user.sign_in_failed",
     "rule.create",

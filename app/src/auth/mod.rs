@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::AppError;
 
+pub mod admins;
 pub mod users;
 
 /// What a console user may do.
@@ -88,6 +89,21 @@ pub struct UserInfo {
     pub disabled_at: Option<i64>,
 }
 
+/// One live console session of a user, as they (or an operator) see it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionInfo {
+    /// When it began (Unix milliseconds); `None` for a session from before this was kept.
+    pub created_at: Option<i64>,
+    /// When a request last used it.
+    pub last_seen_at: Option<i64>,
+    /// The client address and browser it began from.
+    pub client: Option<String>,
+    /// When it ends unless used again.
+    pub expires_at: i64,
+    /// Whether it is the session asking (never on the admin API, which has none).
+    pub current: bool,
+}
+
 /// A reset password, answered once with the email it belongs to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PasswordReset {
@@ -129,6 +145,18 @@ pub trait AuthPort: Send + Sync + 'static {
     /// Gives another user a new random password, answered once, and ends their sessions
     /// (operators only).
     async fn reset_user_password(&self, user: &str) -> Result<PasswordReset, AppError>;
+
+    /// A tenant's admins: for operators and for that tenant's own admins.
+    async fn list_tenant_admins(&self, tenant: &str) -> Result<Vec<UserInfo>, AppError>;
+
+    /// Deletes another user, whose sessions end at once (operators only).
+    async fn delete_user(&self, user: &str) -> Result<(), AppError>;
+
+    /// The signed-in user's live sessions, the most recently used first.
+    async fn list_sessions(&self) -> Result<Vec<SessionInfo>, AppError>;
+
+    /// Ends every session of the signed-in user but this one; returns how many ended.
+    async fn sign_out_others(&self) -> Result<u64, AppError>;
 }
 
 /// Signs in; a wrong email or password gets [`AppError::Invalid`] with a clear message.
@@ -182,6 +210,39 @@ pub async fn set_user_disabled(user: String, disabled: bool) -> Result<UserInfo,
 pub async fn reset_user_password(user: String) -> Result<PasswordReset, AppError> {
     crate::context::port::<dyn AuthPort>()?
         .reset_user_password(&user)
+        .await
+}
+
+/// A tenant's admins: for operators and for that tenant's own admins (who add more with
+/// [`crate::tenants::add_tenant_admin`]).
+#[server(prefix = "/api", endpoint = "users/tenant_admins", input = Json)]
+pub async fn list_tenant_admins(tenant: String) -> Result<Vec<UserInfo>, AppError> {
+    crate::context::port::<dyn AuthPort>()?
+        .list_tenant_admins(&tenant)
+        .await
+}
+
+/// Deletes another user, whose sessions end at once (operators only).
+#[server(prefix = "/api", endpoint = "users/delete", input = Json)]
+pub async fn delete_user(user: String) -> Result<(), AppError> {
+    crate::context::port::<dyn AuthPort>()?
+        .delete_user(&user)
+        .await
+}
+
+/// The signed-in user's live sessions.
+#[server(prefix = "/api", endpoint = "account/sessions", input = Json)]
+pub async fn list_sessions() -> Result<Vec<SessionInfo>, AppError> {
+    crate::context::port::<dyn AuthPort>()?
+        .list_sessions()
+        .await
+}
+
+/// Ends the signed-in user's other sessions; answers how many ended.
+#[server(prefix = "/api", endpoint = "account/sign_out_others", input = Json)]
+pub async fn sign_out_others() -> Result<u64, AppError> {
+    crate::context::port::<dyn AuthPort>()?
+        .sign_out_others()
         .await
 }
 
@@ -251,6 +312,11 @@ pub fn AccountPage() -> impl IntoView {
     // The user the whole page already reads (see `App`), not a second request.
     let user = expect_context::<UserResource>().0;
     let sign_out = ServerAction::<SignOut>::new();
+    // Made here, not inside the view that waits for the user, so that the server's reading is
+    // the one the browser hydrates with (a resource made later is fetched again, and a
+    // session's "last used" has moved by then).
+    let sign_out_others = ServerAction::<SignOutOthers>::new();
+    let sessions = Resource::new(move || sign_out_others.version().get(), |_| list_sessions());
     let navigate = use_navigate();
     let signed_in = use_context::<UserResource>();
     Effect::new(move |_| {
@@ -272,6 +338,7 @@ pub fn AccountPage() -> impl IntoView {
                             <button type="submit" data-testid="sign-out">"Sign out"</button>
                         </ActionForm>
                         <PasswordForm/>
+                        <Sessions sessions=sessions sign_out_others=sign_out_others/>
                     }.into_any(),
                     Ok(None) => view! {
                         <p data-testid="not-signed-in">"You are not signed in. " <a href="/sign-in">"Sign in"</a></p>
@@ -331,6 +398,66 @@ fn PasswordForm() -> impl IntoView {
             <p class="muted">"Your other sessions end at once, on every instance; this one goes on."</p>
             <button type="submit" data-testid="change-password" disabled=move || action.pending().get()>"Change password"</button>
         </ActionForm>
+        {outcome}
+    }
+}
+
+/// The signed-in user's sessions (when each began and was last used, and its client), and
+/// signing out every other one.
+#[component]
+fn Sessions(
+    sessions: Resource<Result<Vec<SessionInfo>, AppError>>,
+    sign_out_others: ServerAction<SignOutOthers>,
+) -> impl IntoView {
+    let ask = Callback::new(move |()| {
+        sign_out_others.dispatch(SignOutOthers {});
+    });
+    let outcome = move || {
+        sign_out_others.value().get().map(|r| match r {
+            Ok(ended) => {
+                let said = match ended {
+                    0 => "No other session was open.".to_owned(),
+                    1 => "1 other session ended.".to_owned(),
+                    n => format!("{n} other sessions ended."),
+                };
+                view! { <p class="ok" role="status" data-testid="others-signed-out">{said}</p> }
+                    .into_any()
+            }
+            Err(e) => view! { <crate::ui::ErrorNote error=e/> }.into_any(),
+        })
+    };
+    let when = |at: Option<i64>| at.map_or_else(|| "unknown".to_owned(), crate::ui::format_utc);
+    view! {
+        <h2 id="sessions-title" class="spaced">"Your sessions"</h2>
+        <p class="muted">"Every place you are signed in, the most recently used first."</p>
+        <Transition fallback=|| view! { <p class="muted">"Loading sessions…"</p> }>
+            {move || sessions.get().map(|reading| match reading {
+                Err(e) => view! { <crate::ui::ErrorNote error=e/> }.into_any(),
+                Ok(list) => view! {
+                    <table class="grid" aria-labelledby="sessions-title" data-testid="sessions-table">
+                        <thead><tr>
+                            <th scope="col">"Began (UTC)"</th><th scope="col">"Last used (UTC)"</th>
+                            <th scope="col">"Client"</th>
+                        </tr></thead>
+                        <tbody>
+                            {list.into_iter().map(|s| view! {
+                                <tr data-testid="session-row" data-current=s.current.to_string()>
+                                    <td>{when(s.created_at)}</td>
+                                    <td>{when(s.last_seen_at)}</td>
+                                    <td>
+                                        {s.client.unwrap_or_else(|| "unknown".to_owned())}
+                                        {s.current.then(|| view! { " " <span class="badge">"this session"</span> })}
+                                    </td>
+                                </tr>
+                            }).collect_view()}
+                        </tbody>
+                    </table>
+                }.into_any(),
+            })}
+        </Transition>
+        <crate::ui::ConfirmButton label="Sign out other sessions".to_owned()
+            question="Sign out everywhere else? This session goes on.".to_owned()
+            on_confirm=ask danger=true testid="sign-out-others"/>
         {outcome}
     }
 }

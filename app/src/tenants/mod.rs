@@ -121,7 +121,7 @@ pub async fn set_tenant_active(tenant: String, active: bool) -> Result<TenantInf
         .await
 }
 
-/// Creates a tenant admin account (operators only).
+/// Creates a tenant admin account: operators for any tenant, a tenant admin for their own.
 #[server(prefix = "/api", endpoint = "tenants/add_admin", input = Json)]
 pub async fn add_tenant_admin(
     tenant: String,

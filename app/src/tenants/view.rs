@@ -107,6 +107,7 @@ fn TenantRow(tenant: TenantInfo, set_active: ServerAction<SetTenantActive>) -> i
                 <A href=format!("/tenants/{id}/keys")>"Keys"</A>
                 <A href=format!("/tenants/{id}/audit")>"Audit"</A>
                 <A href=format!("/tenants/{id}/simulate")>"Simulate"</A>
+                <A href=format!("/tenants/{id}/admins")>"Admins"</A>
             </td>
             <td>
                 <ConfirmButton label=label.to_owned() question=question on_confirm=toggle danger=active
@@ -187,7 +188,7 @@ fn AddAdminForm(
 pub fn TenantTabs(
     /// The tenant's id.
     tenant: Memo<String>,
-    /// Which tab is open: `dashboard`, `rules`, `keys`, `audit` or `simulate`.
+    /// Which tab is open: `dashboard`, `rules`, `keys`, `audit`, `simulate` or `admins`.
     current: &'static str,
 ) -> impl IntoView {
     let info = Resource::new(move || tenant.get(), super::get_tenant);
@@ -197,6 +198,7 @@ pub fn TenantTabs(
         ("keys", "Keys"),
         ("audit", "Audit log"),
         ("simulate", "Simulate"),
+        ("admins", "Admins"),
     ];
     view! {
         <div class="tenant-head">

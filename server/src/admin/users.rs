@@ -47,6 +47,15 @@ pub enum SignIn {
     Disabled,
 }
 
+/// Which of a user's sessions a change ends.
+#[derive(Debug, Clone, Copy)]
+enum Ending<'a> {
+    None,
+    All,
+    /// All but the one whose row key (`store::sessions::id_hash`) this is.
+    AllBut(&'a str),
+}
+
 /// The most characters of a typed email a failed sign-in's audit event keeps.
 const AUDITED_EMAIL_CHARS: usize = 254;
 
@@ -117,15 +126,15 @@ impl AdminService {
     }
 
     /// Creates a console user: a tenant admin of `tenant_id`, or (`None`) an operator.
-    /// Operators and the CLI add users; only the CLI adds operators.
+    /// Operators, the CLI and a tenant's own admins add that tenant's admins (another
+    /// tenant is not found); only the CLI adds operators. Returns the new user.
     pub async fn create_user(
         &self,
         actor: &Actor,
         email: &str,
         tenant_id: Option<&str>,
         password: &str,
-    ) -> Result<(), ServiceError> {
-        actor.require_operator("add console users")?;
+    ) -> Result<store::users::User, ServiceError> {
         let role = match tenant_id {
             Some(tenant) => {
                 self.authorize(actor, tenant).await?;
@@ -142,7 +151,7 @@ impl AdminService {
         let email = check_email(email)?;
         let hash = hash_new_password("password", password).await?;
         let mut tx = self.db.begin().await?;
-        store::users::insert(&mut tx, &email, &hash, role, tenant_id).await?;
+        let user = store::users::insert(&mut tx, &email, &hash, role, tenant_id).await?;
         let detail = json!({ "email": email, "role": role.as_str() });
         self.commit(
             tx,
@@ -156,7 +165,17 @@ impl AdminService {
             [],
         )
         .await?;
-        Ok(())
+        Ok(user)
+    }
+
+    /// The admins of `tenant_id`, by email: for operators and for that tenant's own admins.
+    pub async fn list_tenant_admins(
+        &self,
+        actor: &Actor,
+        tenant_id: &str,
+    ) -> Result<Vec<store::users::User>, ServiceError> {
+        self.authorize(actor, tenant_id).await?;
+        Ok(store::users::list_for_tenant(&self.db, tenant_id).await?)
     }
 
     /// Every console user, by email (operators only).
@@ -211,7 +230,8 @@ impl AdminService {
         } else {
             "user.enable"
         };
-        self.commit_user_change(tx, actor, &user, action, disabled)
+        let ending = if disabled { Ending::All } else { Ending::None };
+        self.commit_user_change(tx, actor, &user, action, ending)
             .await?;
         user.disabled_at = at;
         Ok(user)
@@ -251,26 +271,85 @@ impl AdminService {
             return Ok(None);
         }
         Ok(Some(
-            self.commit_user_change(tx, actor, user, action, true)
+            self.commit_user_change(tx, actor, user, action, Ending::All)
                 .await?,
         ))
     }
 
-    /// Commits a change to `user` made in `tx`, first ending every session of theirs when
-    /// `end_sessions`, with the audit event `action` (their email and how many sessions
-    /// ended; in their tenant's log, or the platform's for an operator). Returns that number.
+    /// Deletes another user: they can no longer sign in and their sessions end at once on
+    /// every instance; audited as `user.delete`. Operators only, and never their own account.
+    pub async fn delete_user(&self, actor: &Actor, user_id: &str) -> Result<(), ServiceError> {
+        let user = self.other_user(actor, user_id, "delete users").await?;
+        let mut tx = self.db.begin().await?;
+        if !store::users::delete(&mut tx, &user.id).await? {
+            return Err(ServiceError::NotFound("user"));
+        }
+        self.commit_user_change(tx, actor, &user, "user.delete", Ending::All)
+            .await?;
+        Ok(())
+    }
+
+    /// A user's live sessions, the most recently used first (operators only).
+    pub async fn user_sessions(
+        &self,
+        actor: &Actor,
+        user_id: &str,
+    ) -> Result<Vec<store::sessions::SessionRow>, ServiceError> {
+        actor.require_operator("list a user's sessions")?;
+        let user = store::users::get(&self.db, user_id)
+            .await?
+            .ok_or(ServiceError::NotFound("user"))?;
+        Ok(store::sessions::list_for_user(&self.db, &user.id).await?)
+    }
+
+    /// Ends every session of another user at once, on every instance (they can sign in
+    /// again); audited as `user.sign_out`. Operators only, never their own account. Returns
+    /// how many ended.
+    pub async fn end_user_sessions(
+        &self,
+        actor: &Actor,
+        user_id: &str,
+    ) -> Result<u64, ServiceError> {
+        let user = self.other_user(actor, user_id, "sign users out").await?;
+        let tx = self.db.begin().await?;
+        self.commit_user_change(tx, actor, &user, "user.sign_out", Ending::All)
+            .await
+    }
+
+    /// Ends every session of `user`, the signed-in user asking, but the one asking (whose row
+    /// key is `keep`); audited as `user.sign_out_others`. Returns how many ended.
+    pub async fn sign_out_others(
+        &self,
+        actor: &Actor,
+        user: &store::users::User,
+        keep: &str,
+    ) -> Result<u64, ServiceError> {
+        let tx = self.db.begin().await?;
+        self.commit_user_change(
+            tx,
+            actor,
+            user,
+            "user.sign_out_others",
+            Ending::AllBut(keep),
+        )
+        .await
+    }
+
+    /// Commits a change to `user` made in `tx`, first ending the sessions of theirs that
+    /// `ending` says, with the audit event `action` (their email and how many sessions ended;
+    /// in their tenant's log, or the platform's for an operator). Returns that number.
     async fn commit_user_change(
         &self,
         mut tx: Tx,
         actor: &Actor,
         user: &store::users::User,
         action: &str,
-        end_sessions: bool,
+        ending: Ending<'_>,
     ) -> Result<u64, ServiceError> {
-        let ended = if end_sessions {
-            store::sessions::end_for_user(&mut tx, &user.id).await?
-        } else {
-            0
+        let ended = match ending {
+            Ending::None => 0,
+            Ending::All => store::sessions::end_for_user(&mut tx, &user.id).await?,
+            Ending::AllBut(keep) => store::sessions::end_others(&mut tx, &user.id, keep).await?,
         };
         let detail = json!({ "email": user.email, "sessions_ended": ended });
         self.commit(

@@ -101,6 +101,23 @@ pub async fn list(db: &Db) -> Result<Vec<User>, StoreError> {
     Ok(with_pool!(db, pool => sqlx::query_as::<_, User>(&sql).fetch_all(pool).await?))
 }
 
+/// The admins of one tenant, by email.
+pub async fn list_for_tenant(db: &Db, tenant_id: &str) -> Result<Vec<User>, StoreError> {
+    let sql = format!("SELECT {COLUMNS} FROM users WHERE tenant_id = $1 ORDER BY email");
+    Ok(
+        with_pool!(db, pool => sqlx::query_as::<_, User>(&sql).bind(tenant_id).fetch_all(pool).await?),
+    )
+}
+
+/// Deletes a user. Returns whether it existed.
+pub async fn delete(exec: impl Into<Exec<'_>>, id: &str) -> Result<bool, StoreError> {
+    let sql = "DELETE FROM users WHERE id = $1";
+    let deleted = with_exec!(exec.into(), conn => {
+        sqlx::query(sql).bind(id).execute(conn).await?.rows_affected()
+    });
+    Ok(deleted == 1)
+}
+
 /// Replaces a user's password hash; with `expected`, only while the stored hash is still that
 /// one (so a change checked against the old password cannot undo a reset that committed in
 /// between). Returns whether it replaced it.

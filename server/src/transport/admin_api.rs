@@ -75,7 +75,16 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/admin/tenants/{tenant}/simulate", post(simulate))
         .route("/v1/admin/tenants/{tenant}/audit", get(tenant_audit))
         .route("/v1/admin/audit", get(platform_audit))
+        .route(
+            "/v1/admin/tenants/{tenant}/users",
+            get(list_tenant_admins).post(add_tenant_admin),
+        )
         .route("/v1/admin/users", get(list_users))
+        .route("/v1/admin/users/{id}", axum::routing::delete(delete_user))
+        .route(
+            "/v1/admin/users/{id}/sessions",
+            get(list_user_sessions).delete(end_user_sessions),
+        )
         .route("/v1/admin/users/{id}/disable", post(disable_user))
         .route("/v1/admin/users/{id}/enable", post(enable_user))
         .route(
@@ -400,6 +409,73 @@ async fn reset_user_password(
 ) -> Result<impl IntoResponse, ApiError> {
     let (_, password) = state.admin.reset_password(&actor, &id).await?;
     Ok(Json(serde_json::json!({ "password": password })))
+}
+
+/// A new tenant admin: their email and initial password (handed over by a safe channel).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewTenantAdmin {
+    email: String,
+    password: String,
+}
+
+async fn list_tenant_admins(
+    State(state): State<AppState>,
+    Acting(actor): Acting,
+    Path(tenant): Path<String>,
+) -> Result<impl IntoResponse, ApiError> {
+    let admins = state.admin.list_tenant_admins(&actor, &tenant).await?;
+    Ok(Json(
+        admins
+            .into_iter()
+            .map(app::auth::UserInfo::from)
+            .collect::<Vec<_>>(),
+    ))
+}
+
+async fn add_tenant_admin(
+    State(state): State<AppState>,
+    Acting(actor): Acting,
+    Path(tenant): Path<String>,
+    AppJson(body): AppJson<NewTenantAdmin>,
+) -> Result<impl IntoResponse, ApiError> {
+    let user = state
+        .admin
+        .create_user(&actor, &body.email, Some(&tenant), &body.password)
+        .await?;
+    Ok((StatusCode::CREATED, Json(app::auth::UserInfo::from(user))))
+}
+
+async fn delete_user(
+    State(state): State<AppState>,
+    Acting(actor): Acting,
+    Path(id): Path<String>,
+) -> Result<impl IntoResponse, ApiError> {
+    state.admin.delete_user(&actor, &id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn list_user_sessions(
+    State(state): State<AppState>,
+    Acting(actor): Acting,
+    Path(id): Path<String>,
+) -> Result<impl IntoResponse, ApiError> {
+    let sessions = state.admin.user_sessions(&actor, &id).await?;
+    Ok(Json(
+        sessions
+            .into_iter()
+            .map(|s| s.info(None))
+            .collect::<Vec<_>>(),
+    ))
+}
+
+async fn end_user_sessions(
+    State(state): State<AppState>,
+    Acting(actor): Acting,
+    Path(id): Path<String>,
+) -> Result<impl IntoResponse, ApiError> {
+    let ended = state.admin.end_user_sessions(&actor, &id).await?;
+    Ok(Json(serde_json::json!({ "sessions_ended": ended })))
 }
 
 async fn list_operator_keys(

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use app::audit::{AuditEntry, AuditFilter, AuditPort};
-use app::auth::{AuthPort, PasswordReset, Role, SignedInUser, UserInfo};
+use app::auth::{AuthPort, PasswordReset, Role, SessionInfo, SignedInUser, UserInfo};
 use app::dashboard::{DashboardPort, Range};
 use app::keys::{sha256_hex, KeyInfo, KeyKind, KeysPort};
 use app::rules::{
@@ -36,8 +36,8 @@ use crate::store::rules::Rule;
 use crate::store::tenants::Tenant;
 use crate::store::{self, users::User, Db, StoreError};
 
-/// Session key of the signed-in user's id.
-use crate::store::sessions::USER_ID;
+/// Session keys: the signed-in user's id, when the session began and its client.
+use crate::store::sessions::{CLIENT, SIGNED_IN_AT, USER_ID};
 /// Sign-in budgets, each `(limit, period_ms)`, decided by the decision core as the console's
 /// own pseudo-tenant (see [`console_limits`]):
 /// - per email *and* client: 10 a minute, refilled one every 6 s (GCRA), so a wrong password
@@ -120,6 +120,28 @@ fn client_address() -> String {
                 .map(|ip| ip.0.to_string())
         })
         .unwrap_or_else(|| "unknown".to_owned())
+}
+
+/// The most characters of a browser's `User-Agent` a session keeps.
+const AGENT_CHARS: usize = 120;
+
+/// The client as the user's list of their sessions names it: its address, then its browser
+/// (`User-Agent`, cut to [`AGENT_CHARS`]; left out when unreadable).
+fn client_description() -> String {
+    let address = client_address();
+    let agent = leptos::prelude::use_context::<Parts>().and_then(|parts| {
+        parts
+            .headers
+            .get(axum::http::header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|a| !a.is_empty() && app::text::unreadable(a).is_none())
+            .map(|a| a.chars().take(AGENT_CHARS).collect::<String>())
+    });
+    match agent {
+        Some(agent) => format!("{address}, {agent}"),
+        None => address,
+    }
 }
 
 /// The session of the request being served (tower-sessions puts it in the request's
@@ -391,6 +413,14 @@ impl AuthPort for ConsoleService {
             .insert(PASSWORD_MARK, password_mark(&user.password_hash))
             .await
             .map_err(session_error)?;
+        session
+            .insert(SIGNED_IN_AT, store::now_ms())
+            .await
+            .map_err(session_error)?;
+        session
+            .insert(CLIENT, client_description())
+            .await
+            .map_err(session_error)?;
         Ok(signed_in(user))
     }
 
@@ -466,6 +496,49 @@ impl AuthPort for ConsoleService {
         Ok(PasswordReset { email, password })
     }
 
+    async fn list_tenant_admins(&self, tenant: &str) -> Result<Vec<UserInfo>, AppError> {
+        let actor = self.actor().await?;
+        let admins = self
+            .admin
+            .list_tenant_admins(&actor, tenant)
+            .await
+            .map_err(service_error)?;
+        Ok(admins.into_iter().map(UserInfo::from).collect())
+    }
+
+    async fn delete_user(&self, user: &str) -> Result<(), AppError> {
+        let actor = self.actor().await?;
+        self.admin
+            .delete_user(&actor, user)
+            .await
+            .map_err(service_error)
+    }
+
+    async fn list_sessions(&self) -> Result<Vec<SessionInfo>, AppError> {
+        let user = self.session_user().await?.ok_or(AppError::Unauthorized)?;
+        let current = session()?.id().map(|id| store::sessions::id_hash(&id));
+        let rows = store::sessions::list_for_user(&self.db, &user.id)
+            .await
+            .map_err(store_error)?;
+        Ok(rows
+            .into_iter()
+            .map(|row| row.info(current.as_deref()))
+            .collect())
+    }
+
+    async fn sign_out_others(&self) -> Result<u64, AppError> {
+        let user = self.session_user().await?.ok_or(AppError::Unauthorized)?;
+        let keep = session()?
+            .id()
+            .map(|id| store::sessions::id_hash(&id))
+            .ok_or(AppError::Unauthorized)?;
+        let actor = actor_of(user.clone())?;
+        self.admin
+            .sign_out_others(&actor, &user, &keep)
+            .await
+            .map_err(service_error)
+    }
+
     async fn current_user(&self) -> Result<Option<SignedInUser>, AppError> {
         Ok(self.session_user().await?.map(signed_in))
     }
@@ -512,6 +585,7 @@ impl TenantsPort for ConsoleService {
         self.admin
             .create_user(&actor, email, Some(tenant), password)
             .await
+            .map(|_| ())
             .map_err(service_error)
     }
 }

@@ -298,6 +298,25 @@ pub fn document() -> Value {
 fn user_paths() -> Value {
     let user_id = id_param("user");
     json!({
+        "/v1/admin/tenants/{tenant}/users": {
+            "parameters": [tenant_param()],
+            "get": operation("listTenantAdmins", "users", "List the tenant's admins by email: for operators and the tenant's own admin keys.", admin_errors(json!({ "200": ok("The tenant's admins.", list_of("User")) }), false)),
+            "post": {
+                "operationId": "addTenantAdmin", "tags": ["users"],
+                "summary": "Add a console user who administers this tenant, with an initial password to hand over by a safe channel; audited as user.create (operators and the tenant's own admin keys).",
+                "requestBody": body("TenantAdminCreate"),
+                "responses": admin_errors(json!({ "201": ok("Added.", schema("User")), "409": problem("A user with this email exists.") }), true)
+            }
+        },
+        "/v1/admin/users/{id}": {
+            "parameters": [user_id.clone()],
+            "delete": operation("deleteUser", "users", "Delete a console user: they cannot sign in, and their sessions end at once on every instance; audited as user.delete (operators only, never their own account).", admin_errors(json!({ "204": { "description": "Deleted." } }), false))
+        },
+        "/v1/admin/users/{id}/sessions": {
+            "parameters": [user_id.clone()],
+            "get": operation("listUserSessions", "users", "List a console user's live sessions, the most recently used first: when each began, was last used, and the client it began from (operators only).", admin_errors(json!({ "200": ok("The sessions.", list_of("Session")) }), false)),
+            "delete": operation("endUserSessions", "users", "End every session of a console user at once, on every instance (they may sign in again); audited as user.sign_out (operators only).", admin_errors(json!({ "200": ok("How many sessions ended.", schema("SessionsEnded")) }), false))
+        },
         "/v1/admin/users": {
             "get": operation("listUsers", "users", "List every console user by email, with its role and whether it is disabled (operators only).", admin_errors(json!({ "200": ok("The users.", list_of("User")) }), false))
         },
@@ -401,20 +420,6 @@ fn schemas() -> Value {
         },
         "TenantCreate": { "type": "object", "required": ["name"], "additionalProperties": false,
             "properties": { "name": { "type": "string", "minLength": 1, "maxLength": 100 } } },
-        "User": {
-            "type": "object", "required": ["id", "email", "role", "tenant_id", "created_at", "disabled_at"],
-            "properties": {
-                "id": { "type": "string" }, "email": { "type": "string" },
-                "role": { "type": "string", "enum": ["operator", "tenant_admin"] },
-                "tenant_id": { "type": ["string", "null"], "description": "A tenant admin's tenant." },
-                "created_at": millis,
-                "disabled_at": nullable_millis
-            }
-        },
-        "PasswordReset": {
-            "type": "object", "required": ["password"],
-            "properties": { "password": { "type": "string", "minLength": crate::passwords::MIN_PASSWORD_CHARS, "description": "The new password, shown only in this answer." } }
-        },
         "Tenant": {
             "type": "object", "required": ["id", "name", "status", "created_at", "updated_at"],
             "properties": { "id": { "type": "string" }, "name": { "type": "string" },
@@ -513,12 +518,56 @@ fn schemas() -> Value {
     let Value::Object(mut all) = schemas else {
         unreachable!("the schemas are an object")
     };
-    for more in [subject_schemas(), file_schemas()] {
+    for more in [subject_schemas(), file_schemas(), user_schemas()] {
         if let Value::Object(more) = more {
             all.extend(more);
         }
     }
     Value::Object(all)
+}
+
+/// The console users' schemas: kept apart from [`schemas`]' one `json!`, whose expansion would
+/// pass the compiler's recursion limit.
+fn user_schemas() -> Value {
+    let millis = json!({ "type": "integer", "description": "Unix time in milliseconds." });
+    let nullable_millis =
+        json!({ "type": ["integer", "null"], "description": "Unix time in milliseconds." });
+    json!({
+        "User": {
+            "type": "object", "required": ["id", "email", "role", "tenant_id", "created_at", "disabled_at"],
+            "properties": {
+                "id": { "type": "string" }, "email": { "type": "string" },
+                "role": { "type": "string", "enum": ["operator", "tenant_admin"] },
+                "tenant_id": { "type": ["string", "null"], "description": "A tenant admin's tenant." },
+                "created_at": millis,
+                "disabled_at": nullable_millis
+            }
+        },
+        "TenantAdminCreate": {
+            "type": "object", "required": ["email", "password"], "additionalProperties": false,
+            "properties": {
+                "email": { "type": "string", "maxLength": 254, "description": "An email address; stored in lower case." },
+                "password": { "type": "string", "minLength": crate::passwords::MIN_PASSWORD_CHARS, "description": "The initial password; never stored, only its argon2id hash." }
+            }
+        },
+        "Session": {
+            "type": "object", "required": ["created_at", "last_seen_at", "client", "expires_at", "current"],
+            "properties": {
+                "created_at": nullable_millis, "last_seen_at": nullable_millis,
+                "client": { "type": ["string", "null"], "description": "The client address and browser the session began from." },
+                "expires_at": millis,
+                "current": { "type": "boolean", "description": "Whether it is the session asking: always false here, where keys act." }
+            }
+        },
+        "SessionsEnded": {
+            "type": "object", "required": ["sessions_ended"],
+            "properties": { "sessions_ended": { "type": "integer", "minimum": 0 } }
+        },
+        "PasswordReset": {
+            "type": "object", "required": ["password"],
+            "properties": { "password": { "type": "string", "minLength": crate::passwords::MIN_PASSWORD_CHARS, "description": "The new password, shown only in this answer." } }
+        }
+    })
 }
 
 /// The schemas of what acts on one subject's bucket: overrides and resets (apart from

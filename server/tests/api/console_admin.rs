@@ -589,3 +589,192 @@ async fn an_operator_disables_enables_and_resets_a_user_and_their_sessions_end_a
         ]
     );
 }
+
+#[tokio::test]
+async fn an_operator_deletes_a_user_whose_session_ends_and_who_cannot_sign_in_again() {
+    let (app, _dir) = embedded().await;
+    let operator = signed_in(&app, "admin@localhost", OPERATOR_PASSWORD).await;
+    let (alpha, _) = two_tenants(&app, &operator).await;
+    let admin = signed_in(&app, "alpha@example.com", ADMIN_PASSWORD).await;
+    let rules = json!({ "tenant": alpha });
+    ok(&app, &admin, "rules/list", rules.clone()).await;
+    let users = ok(&app, &operator, "users/list", json!({})).await;
+    let id_of = |email: &str| {
+        users
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|u| u["email"] == email)
+            .unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let (me, alpha_admin) = (id_of("admin@localhost"), id_of("alpha@example.com"));
+
+    // Only operators delete, and never themselves.
+    let refused = call(
+        &app,
+        &admin,
+        "users/delete",
+        json!({ "user": id_of("beta@example.com") }),
+    )
+    .await
+    .unwrap_err();
+    assert!(refused.contains("only operators"), "{refused}");
+    let refused = call(&app, &operator, "users/delete", json!({ "user": me }))
+        .await
+        .unwrap_err();
+    assert!(refused.contains("your own account"), "{refused}");
+
+    ok(
+        &app,
+        &operator,
+        "users/delete",
+        json!({ "user": alpha_admin }),
+    )
+    .await;
+    // The signed-in admin's next action is refused, the password no longer signs in, and
+    // the user is gone from the list (a second delete finds nothing).
+    let refused = call(&app, &admin, "rules/list", rules).await.unwrap_err();
+    assert!(refused.contains("Unauthorized"), "{refused}");
+    let response = browser()
+        .post(app.url("/api/sign_in"))
+        .form(&[("email", "alpha@example.com"), ("password", ADMIN_PASSWORD)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    let listed = ok(&app, &operator, "users/list", json!({})).await;
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|u| u["email"] != "alpha@example.com"),
+        "{listed}"
+    );
+    let again = call(
+        &app,
+        &operator,
+        "users/delete",
+        json!({ "user": alpha_admin }),
+    )
+    .await
+    .unwrap_err();
+    assert!(again.contains("NotFound"), "{again}");
+
+    // Audited in the tenant's log with the session it ended.
+    let sluice::store::Db::Sqlite(pool) = &app.db else {
+        panic!("embedded")
+    };
+    let deleted: Vec<(String, String)> = sqlx::query_as(
+        "SELECT actor, detail FROM audit_events WHERE tenant_id = $1 AND action = 'user.delete'",
+    )
+    .bind(&alpha)
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    assert_eq!(deleted.len(), 1, "{deleted:?}");
+    assert_eq!(deleted[0].0, "user:admin@localhost");
+    let detail: Value = serde_json::from_str(&deleted[0].1).unwrap();
+    assert_eq!(
+        (&detail["email"], &detail["sessions_ended"]),
+        (&json!("alpha@example.com"), &json!(1))
+    );
+}
+
+#[tokio::test]
+async fn a_tenant_admin_lists_and_adds_admins_of_their_own_tenant_only() {
+    let (app, _dir) = embedded().await;
+    let operator = signed_in(&app, "admin@localhost", OPERATOR_PASSWORD).await;
+    let (alpha, beta) = two_tenants(&app, &operator).await;
+    let admin = signed_in(&app, "alpha@example.com", ADMIN_PASSWORD).await;
+    let emails = |listed: &Value| -> Vec<String> {
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|u| u["email"].as_str().unwrap().to_owned())
+            .collect()
+    };
+
+    let listed = ok(
+        &app,
+        &admin,
+        "users/tenant_admins",
+        json!({ "tenant": alpha }),
+    )
+    .await;
+    assert_eq!(emails(&listed), ["alpha@example.com"]);
+    ok(
+        &app,
+        &admin,
+        "tenants/add_admin",
+        json!({ "tenant": alpha, "email": "Second@Example.com", "password": ADMIN_PASSWORD }),
+    )
+    .await;
+    // The new admin signs in to the same tenant; the operator sees both.
+    let second = signed_in(&app, "second@example.com", ADMIN_PASSWORD).await;
+    ok(&app, &second, "rules/list", json!({ "tenant": alpha })).await;
+    let listed = ok(
+        &app,
+        &operator,
+        "users/tenant_admins",
+        json!({ "tenant": alpha }),
+    )
+    .await;
+    assert_eq!(emails(&listed), ["alpha@example.com", "second@example.com"]);
+    // A short password or a taken email is refused with what to fix.
+    let short = call(
+        &app,
+        &admin,
+        "tenants/add_admin",
+        json!({ "tenant": alpha, "email": "third@example.com", "password": "short" }),
+    )
+    .await
+    .unwrap_err();
+    assert!(short.contains("at least 12 characters"), "{short}");
+    let taken = call(
+        &app,
+        &admin,
+        "tenants/add_admin",
+        json!({ "tenant": alpha, "email": "beta@example.com", "password": ADMIN_PASSWORD }),
+    )
+    .await
+    .unwrap_err();
+    assert!(taken.contains("Conflict"), "{taken}");
+
+    // Another tenant's admins do not exist for them, and none can be added there.
+    for (endpoint, args) in [
+        ("users/tenant_admins", json!({ "tenant": beta })),
+        (
+            "tenants/add_admin",
+            json!({ "tenant": beta, "email": "mole@example.com", "password": ADMIN_PASSWORD }),
+        ),
+    ] {
+        let refused = call(&app, &admin, endpoint, args).await.unwrap_err();
+        assert!(refused.contains("NotFound"), "{endpoint}: {refused}");
+    }
+    let beta_admins = ok(
+        &app,
+        &operator,
+        "users/tenant_admins",
+        json!({ "tenant": beta }),
+    )
+    .await;
+    assert_eq!(emails(&beta_admins), ["beta@example.com"]);
+
+    // The addition is in the tenant's log, by the admin who made it.
+    let sluice::store::Db::Sqlite(pool) = &app.db else {
+        panic!("embedded")
+    };
+    let actors: Vec<String> = sqlx::query_scalar(
+        "SELECT actor FROM audit_events WHERE tenant_id = $1 AND action = 'user.create' ORDER BY id",
+    )
+    .bind(&alpha)
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    assert_eq!(actors, ["user:admin@localhost", "user:alpha@example.com"]);
+}

@@ -714,3 +714,114 @@ async fn a_flood_of_refused_sign_ins_is_held_so_each_client_makes_at_most_two_a_
         answers.len()
     );
 }
+
+/// A browser that names itself `agent` in its `User-Agent`.
+fn browser_named(agent: &str) -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert("sec-fetch-site", "same-origin".parse().unwrap());
+    reqwest::Client::builder()
+        .cookie_store(true)
+        .default_headers(headers)
+        .user_agent(agent)
+        .build()
+        .unwrap()
+}
+
+/// A JSON server function's answer.
+async fn call_json(app: &TestApp, client: &reqwest::Client, endpoint: &str) -> (u16, Value) {
+    let response = client
+        .post(app.url(&format!("/api/{endpoint}")))
+        .json(&serde_json::json!({}))
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let body = serde_json::from_str(&response.text().await.unwrap()).unwrap_or(Value::Null);
+    (status, body)
+}
+
+#[tokio::test]
+async fn everyone_lists_their_sessions_with_their_clients_and_signs_out_the_others() {
+    let (app, _dir) = embedded_with_admin().await;
+    let laptop = browser_named("Laptop Browser/1.0");
+    let phone = browser_named("Phone Browser/2.0");
+    for client in [&laptop, &phone] {
+        let (status, _, body) = call(
+            &app,
+            client,
+            "sign_in",
+            &[("email", "admin@localhost"), ("password", PASSWORD)],
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let before = sluice::store::now_ms();
+
+    // Each sees both, its own marked, with when and from where each began.
+    let (status, listed) = call_json(&app, &laptop, "account/sessions").await;
+    assert_eq!(status, 200, "{listed}");
+    let sessions = listed.as_array().unwrap();
+    assert_eq!(sessions.len(), 2, "{listed}");
+    let current: Vec<&Value> = sessions.iter().filter(|s| s["current"] == true).collect();
+    assert_eq!(current.len(), 1, "{listed}");
+    assert!(
+        current[0]["client"]
+            .as_str()
+            .unwrap()
+            .ends_with(", Laptop Browser/1.0"),
+        "{listed}"
+    );
+    let other = sessions.iter().find(|s| s["current"] == false).unwrap();
+    assert!(
+        other["client"]
+            .as_str()
+            .unwrap()
+            .ends_with(", Phone Browser/2.0"),
+        "{listed}"
+    );
+    for s in sessions {
+        let began = s["created_at"].as_i64().unwrap();
+        let seen = s["last_seen_at"].as_i64().unwrap();
+        assert!(began <= before && began <= seen, "{s}");
+        assert!(s["expires_at"].as_i64().unwrap() > before, "{s}");
+    }
+    // Using a session moves its "last used" (once the clock has moved on a millisecond).
+    let phone_seen = other["last_seen_at"].as_i64().unwrap();
+    let mut phone_now = phone_seen;
+    for _ in 0..100 {
+        assert_eq!(call(&app, &phone, "me", &[]).await.0, 200);
+        let (_, listed) = call_json(&app, &laptop, "account/sessions").await;
+        phone_now = listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["current"] == false)
+            .unwrap()["last_seen_at"]
+            .as_i64()
+            .unwrap();
+        if phone_now > phone_seen {
+            break;
+        }
+    }
+    assert!(phone_now > phone_seen, "{phone_now} after {phone_seen}");
+
+    // Signing out the others ends the phone's session at once and keeps this one.
+    let (status, ended) = call_json(&app, &laptop, "account/sign_out_others").await;
+    assert_eq!((status, ended), (200, serde_json::json!(1)));
+    assert_eq!(call(&app, &phone, "me", &[]).await.2, Value::Null);
+    assert_eq!(
+        call(&app, &laptop, "me", &[]).await.2["email"],
+        "admin@localhost"
+    );
+    let (_, listed) = call_json(&app, &laptop, "account/sessions").await;
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+    assert_eq!(listed[0]["current"], true);
+
+    // Audited as the user's own action; without a session there is nothing to list.
+    let audited = audited(&app, "user.sign_out_others").await;
+    assert_eq!(audited.len(), 1, "{audited:?}");
+    assert_eq!(audited[0].0, "user:admin@localhost");
+    assert_eq!(audited[0].1["sessions_ended"], 1);
+    let (status, _) = call_json(&app, &browser(), "account/sessions").await;
+    assert_eq!(status, 401);
+}

@@ -150,6 +150,17 @@ const EXPECTED: &[(&str, &str, u16)] = &[
     ("post", "/v1/admin/users/{id}/enable", 200),
     ("post", "/v1/admin/users/{id}/reset-password", 200),
     ("post", "/v1/admin/users/{id}/reset-password", 403),
+    ("post", "/v1/admin/tenants/{tenant}/users", 201),
+    ("post", "/v1/admin/tenants/{tenant}/users", 409),
+    ("post", "/v1/admin/tenants/{tenant}/users", 400),
+    ("get", "/v1/admin/tenants/{tenant}/users", 200),
+    ("get", "/v1/admin/tenants/{tenant}/users", 404),
+    ("get", "/v1/admin/users/{id}/sessions", 200),
+    ("get", "/v1/admin/users/{id}/sessions", 403),
+    ("delete", "/v1/admin/users/{id}/sessions", 200),
+    ("delete", "/v1/admin/users/{id}", 403),
+    ("delete", "/v1/admin/users/{id}", 204),
+    ("delete", "/v1/admin/users/{id}", 404),
 ];
 
 /// Calls made in the walk: (method, path template, status).
@@ -725,6 +736,83 @@ async fn every_documented_operation_is_exercised_and_answers_a_documented_status
     )
     .await; // 403
 
+    // A tenant's admins: its own admin key lists them and adds one.
+    let tenant_users = "/v1/admin/tenants/{tenant}/users";
+    let tenant_users_path = format!("/v1/admin/tenants/{t}/users");
+    let second = json!({ "email": "Second@Example.com", "password": "a long enough password" });
+    let (_, added) = w
+        .call(
+            "POST",
+            tenant_users,
+            &tenant_users_path,
+            Some(&admin),
+            Some(second.clone()),
+        )
+        .await;
+    assert_eq!(
+        (&added["email"], &added["role"], &added["tenant_id"]),
+        (
+            &json!("second@example.com"),
+            &json!("tenant_admin"),
+            &json!(t)
+        )
+    );
+    w.call(
+        "POST",
+        tenant_users,
+        &tenant_users_path,
+        Some(&admin),
+        Some(second),
+    )
+    .await; // 409
+    w.call(
+        "POST",
+        tenant_users,
+        &tenant_users_path,
+        Some(&admin),
+        Some(json!({ "email": "third@example.com", "password": "short" })),
+    )
+    .await; // 400
+    let (_, admins) = w
+        .call("GET", tenant_users, &tenant_users_path, Some(&admin), None)
+        .await;
+    let emails: Vec<&str> = admins
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| u["email"].as_str().unwrap())
+        .collect();
+    assert_eq!(emails, ["second@example.com", "walker@example.com"]);
+    w.call(
+        "GET",
+        tenant_users,
+        "/v1/admin/tenants/nope/users",
+        Some(&op),
+        None,
+    )
+    .await; // 404
+
+    // A user's sessions (the walker never signed in), and ending them.
+    let sessions = "/v1/admin/users/{id}/sessions";
+    let sessions_path = format!("{users}/{walker}/sessions");
+    let (_, listed) = w
+        .call("GET", sessions, &sessions_path, Some(&op), None)
+        .await;
+    assert_eq!(listed, json!([]));
+    w.call("GET", sessions, &sessions_path, Some(&admin), None)
+        .await; // 403
+    let (_, ended) = w
+        .call("DELETE", sessions, &sessions_path, Some(&op), None)
+        .await;
+    assert_eq!(ended, json!({ "sessions_ended": 0 }));
+
+    // Deleting a user: operators only, once.
+    let user = "/v1/admin/users/{id}";
+    let user_path = format!("{users}/{walker}");
+    w.call("DELETE", user, &user_path, Some(&admin), None).await; // 403
+    w.call("DELETE", user, &user_path, Some(&op), None).await; // 204
+    w.call("DELETE", user, &user_path, Some(&op), None).await; // 404
+
     // Each call answered exactly the status the walk expects of it, in order ...
     assert_eq!(w.calls.len(), EXPECTED.len(), "{:#?}", w.calls);
     for (i, ((method, template, status), (want_method, want_template, want))) in
@@ -752,7 +840,7 @@ async fn every_documented_operation_is_exercised_and_answers_a_documented_status
             );
         }
     }
-    assert_eq!(operations, 34);
+    assert_eq!(operations, 39);
     // ... and every answer is documented for its operation.
     for (method, template, status) in &w.calls {
         let responses = &paths[template.as_str()][method.as_str()]["responses"];

@@ -677,4 +677,41 @@ async fn sessions_round_trip_expire_and_are_deleted(db: &Db) {
     assert!(store.load(&mine[0].id).await.unwrap().is_none());
     assert!(store.load(&mine[1].id).await.unwrap().is_none());
     assert!(store.load(&mine[2].id).await.unwrap().is_some());
+
+    // A user's sessions are listed with when they began and their client, and all but one
+    // end at once.
+    use sluice::store::sessions::{end_others, id_hash, list_for_user};
+    let mut kept = Vec::new();
+    for (began, client) in [(1_000_i64, "192.0.2.1, A"), (2_000, "192.0.2.2, B")] {
+        let mut r = Record {
+            id: Id::default(),
+            data: Default::default(),
+            expiry_date: in_an_hour,
+        };
+        r.data.insert("user_id".into(), serde_json::json!("u-9"));
+        r.data
+            .insert("signed_in_at".into(), serde_json::json!(began));
+        r.data.insert("client".into(), serde_json::json!(client));
+        store.create(&mut r).await.unwrap();
+        kept.push(r);
+    }
+    let listed = list_for_user(db, "u-9").await.unwrap();
+    let mut seen: Vec<(Option<i64>, Option<String>)> = listed
+        .iter()
+        .map(|s| (s.created_at, s.client.clone()))
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            (Some(1_000), Some("192.0.2.1, A".to_owned())),
+            (Some(2_000), Some("192.0.2.2, B".to_owned()))
+        ]
+    );
+    assert!(listed.iter().all(|s| s.last_seen_at.is_some()));
+    let keep = id_hash(&kept[1].id);
+    assert_eq!(end_others(db, "u-9", &keep).await.unwrap(), 1);
+    let left = list_for_user(db, "u-9").await.unwrap();
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].id_hash, keep);
 }
