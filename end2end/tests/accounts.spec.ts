@@ -115,7 +115,7 @@ test('an operator deletes a signed-in user with the keyboard alone, and their ow
   await expect(elsewhere.getByTestId('sign-in-error')).toContainText('wrong email or password');
   await elsewhere.context().close();
 
-  // The platform's audit log says so in words.
+  // The tenant's audit log says so in words.
   await page.goto(`/tenants/${t.id}/audit`);
   await expect(page.getByTestId('audit-table')).toContainText(`deleted ${t.email}; 1 session ended`);
 });

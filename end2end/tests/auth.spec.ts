@@ -73,6 +73,7 @@ test('a tenant admin changes their password: the current one is needed, and the 
 
   await page.goto('/account');
   await waitForHydration(page);
+  await expect(page.getByTestId('session-row')).toHaveCount(2);
   const current = page.getByLabel('Current password');
   const fresh = page.getByLabel('New password');
   // Too short is said while typing; a wrong current password is refused and changes nothing.
@@ -91,6 +92,9 @@ test('a tenant admin changes their password: the current one is needed, and the 
   await fresh.fill(newPassword);
   await fresh.press('Enter');
   await expect(page.getByTestId('password-changed')).toHaveText('Password changed; 1 other session ended.');
+  // The list of sessions follows: only this one is left.
+  await expect(page.getByTestId('session-row')).toHaveCount(1);
+  await expect(page.getByTestId('session-row')).toHaveAttribute('data-current', 'true');
   await expect(current).toHaveValue('');
   // This session goes on.
   await page.goto(`/tenants/${t.id}/rules`);

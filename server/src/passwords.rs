@@ -28,8 +28,15 @@ fn hash_now(password: &str) -> Result<String, argon2::password_hash::Error> {
         .to_string())
 }
 
-/// Hashes `password` (argon2id, default parameters) into a PHC string.
+/// New passwords are hashed one at a time, whoever asks (an operator, a tenant admin adding
+/// an admin, a password change): a crowd of such requests queues here instead of taking every
+/// core and 19 MiB each.
+static HASHING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+
+/// Hashes `password` (argon2id, default parameters) into a PHC string, after the new-password
+/// hashes queued before it ([`HASHING`]).
 pub async fn hash(password: String) -> anyhow::Result<String> {
+    let _turn = HASHING.acquire().await?;
     let hashed = tokio::task::spawn_blocking(move || hash_now(&password)).await?;
     hashed.map_err(|e| anyhow::anyhow!("cannot hash the password: {e}"))
 }

@@ -316,7 +316,17 @@ pub fn AccountPage() -> impl IntoView {
     // the one the browser hydrates with (a resource made later is fetched again, and a
     // session's "last used" has moved by then).
     let sign_out_others = ServerAction::<SignOutOthers>::new();
-    let sessions = Resource::new(move || sign_out_others.version().get(), |_| list_sessions());
+    // A password change ends the other sessions too, and re-keys this one.
+    let change_password = ServerAction::<ChangePassword>::new();
+    let sessions = Resource::new(
+        move || {
+            (
+                sign_out_others.version().get(),
+                change_password.version().get(),
+            )
+        },
+        |_| list_sessions(),
+    );
     let navigate = use_navigate();
     let signed_in = use_context::<UserResource>();
     Effect::new(move |_| {
@@ -337,7 +347,7 @@ pub fn AccountPage() -> impl IntoView {
                         <ActionForm action=sign_out>
                             <button type="submit" data-testid="sign-out">"Sign out"</button>
                         </ActionForm>
-                        <PasswordForm/>
+                        <PasswordForm action=change_password/>
                         <Sessions sessions=sessions sign_out_others=sign_out_others/>
                     }.into_any(),
                     Ok(None) => view! {
@@ -354,8 +364,7 @@ pub fn AccountPage() -> impl IntoView {
 /// [`crate::tenants::MIN_PASSWORD_CHARS`] characters. Afterwards every other session of the
 /// user has ended.
 #[component]
-fn PasswordForm() -> impl IntoView {
-    let action = ServerAction::<ChangePassword>::new();
+fn PasswordForm(action: ServerAction<ChangePassword>) -> impl IntoView {
     let (current, set_current) = signal(String::new());
     let (new_password, set_new_password) = signal(String::new());
     let min = crate::tenants::MIN_PASSWORD_CHARS;

@@ -149,6 +149,13 @@ impl AdminService {
             }
         };
         let email = check_email(email)?;
+        // A taken email is refused before the (slow) hash; the insert below still decides.
+        if store::users::find_by_email(&self.db, &email)
+            .await?
+            .is_some()
+        {
+            return Err(store::StoreError::Conflict("a user with this email".into()).into());
+        }
         let hash = hash_new_password("password", password).await?;
         let mut tx = self.db.begin().await?;
         let user = store::users::insert(&mut tx, &email, &hash, role, tenant_id).await?;

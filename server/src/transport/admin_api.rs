@@ -439,6 +439,14 @@ async fn add_tenant_admin(
     Path(tenant): Path<String>,
     AppJson(body): AppJson<NewTenantAdmin>,
 ) -> Result<impl IntoResponse, ApiError> {
+    // A tenant's admin key may list its admins but not add one: a leaked key would otherwise
+    // become a password sign-in that outlives the key's revocation. Tenant admins add admins
+    // in the console, signed in.
+    if matches!(actor, Actor::TenantAdmin { .. }) {
+        return Err(ApiError::Forbidden(
+            "only operator keys add console users; a tenant admin adds admins on the console's Admins page".into(),
+        ));
+    }
     let user = state
         .admin
         .create_user(&actor, &body.email, Some(&tenant), &body.password)

@@ -303,7 +303,7 @@ fn user_paths() -> Value {
             "get": operation("listTenantAdmins", "users", "List the tenant's admins by email: for operators and the tenant's own admin keys.", admin_errors(json!({ "200": ok("The tenant's admins.", list_of("User")) }), false)),
             "post": {
                 "operationId": "addTenantAdmin", "tags": ["users"],
-                "summary": "Add a console user who administers this tenant, with an initial password to hand over by a safe channel; audited as user.create (operators and the tenant's own admin keys).",
+                "summary": "Add a console user who administers this tenant, with an initial password to hand over by a safe channel; audited as user.create (operator keys only: a tenant admin adds admins in the console, so a leaked admin key cannot become a sign-in).",
                 "requestBody": body("TenantAdminCreate"),
                 "responses": admin_errors(json!({ "201": ok("Added.", schema("User")), "409": problem("A user with this email exists.") }), true)
             }

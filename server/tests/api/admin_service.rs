@@ -90,7 +90,7 @@ fn violations(doc: &Value, schema: &Value, value: &Value, at: &str) -> Vec<Strin
     out
 }
 
-fn assert_matches_schema(doc: &Value, name: &str, value: &Value) {
+pub(crate) fn assert_matches_schema(doc: &Value, name: &str, value: &Value) {
     let schema = json!({ "$ref": format!("#/components/schemas/{name}") });
     let found = violations(doc, &schema, value, name);
     assert!(

@@ -772,6 +772,35 @@ async fn everyone_lists_their_sessions_with_their_clients_and_signs_out_the_othe
         "{listed}"
     );
     let other = sessions.iter().find(|s| s["current"] == false).unwrap();
+    // An operator key reads the same list over the admin API, as its document says.
+    let op = app.operator_key().await;
+    let (_, _, users) = app.call("GET", "/v1/admin/users", Some(&op), None).await;
+    let id = users[0]["id"].as_str().unwrap().to_owned();
+    let (status, _, over_rest) = app
+        .call(
+            "GET",
+            &format!("/v1/admin/users/{id}/sessions"),
+            Some(&op),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{over_rest}");
+    let (_, _, doc) = app.call("GET", "/v1/openapi.json", None, None).await;
+    for session in over_rest.as_array().unwrap() {
+        crate::admin_service::assert_matches_schema(&doc, "Session", session);
+        assert_eq!(session["current"], false, "a key has no session");
+    }
+    let mut clients: Vec<&str> = over_rest
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["client"].as_str().unwrap())
+        .collect();
+    clients.sort_unstable();
+    assert!(
+        clients.len() == 2 && clients[0].ends_with("Laptop Browser/1.0"),
+        "{over_rest}"
+    );
     assert!(
         other["client"]
             .as_str()

@@ -709,6 +709,24 @@ async fn sessions_round_trip_expire_and_are_deleted(db: &Db) {
         ]
     );
     assert!(listed.iter().all(|s| s.last_seen_at.is_some()));
+    // A save (every request) keeps when it began and its client, and moves "last seen".
+    let seen_before = listed
+        .iter()
+        .find(|s| s.id_hash == id_hash(&kept[0].id))
+        .unwrap()
+        .last_seen_at
+        .unwrap();
+    store.save(&kept[0]).await.unwrap();
+    let saved = list_for_user(db, "u-9").await.unwrap();
+    let saved = saved
+        .iter()
+        .find(|s| s.id_hash == id_hash(&kept[0].id))
+        .unwrap();
+    assert_eq!(
+        (saved.created_at, saved.client.as_deref()),
+        (Some(1_000), Some("192.0.2.1, A"))
+    );
+    assert!(saved.last_seen_at.unwrap() >= seen_before);
     let keep = id_hash(&kept[1].id);
     assert_eq!(end_others(db, "u-9", &keep).await.unwrap(), 1);
     let left = list_for_user(db, "u-9").await.unwrap();
