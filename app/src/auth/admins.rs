@@ -7,7 +7,7 @@ use leptos::prelude::*;
 
 use super::UserInfo;
 use crate::tenants::view::TenantTabs;
-use crate::tenants::{AddTenantAdmin, MIN_PASSWORD_CHARS};
+use crate::tenants::{password_too_short, AddTenantAdmin, MIN_PASSWORD_CHARS};
 use crate::ui::{format_utc, use_tenant, ErrorNote};
 
 /// The tenant's admins, and a form to add one.
@@ -73,11 +73,7 @@ fn AdminsTable(admins: Vec<UserInfo>) -> impl IntoView {
 fn AddForm(tenant: Memo<String>, add: ServerAction<AddTenantAdmin>) -> impl IntoView {
     let (email, set_email) = signal(String::new());
     let (password, set_password) = signal(String::new());
-    let password_problem = move || {
-        let typed = password.with(|p| p.chars().count());
-        (typed > 0 && typed < MIN_PASSWORD_CHARS)
-            .then(|| format!("at least {MIN_PASSWORD_CHARS} characters ({typed} so far)"))
-    };
+    let password_problem = move || password.with(|p| password_too_short(p));
     let on_submit = move |ev: SubmitEvent| {
         ev.prevent_default();
         add.dispatch(AddTenantAdmin {

@@ -368,10 +368,7 @@ fn PasswordForm(action: ServerAction<ChangePassword>) -> impl IntoView {
     let (current, set_current) = signal(String::new());
     let (new_password, set_new_password) = signal(String::new());
     let min = crate::tenants::MIN_PASSWORD_CHARS;
-    let short = move || {
-        let typed = new_password.with(|p| p.chars().count());
-        (typed > 0 && typed < min).then(|| format!("at least {min} characters ({typed} so far)"))
-    };
+    let short = move || new_password.with(|p| crate::tenants::password_too_short(p));
     let outcome = move || {
         action.value().get().map(|result| match result {
             Ok(ended) => {

@@ -71,6 +71,14 @@ impl TenantInfo {
 /// The shortest password the console accepts for a new account.
 pub const MIN_PASSWORD_CHARS: usize = 12;
 
+/// What a new password being typed still lacks ("at least 12 characters (5 so far)"), or
+/// `None` when it is empty or long enough.
+pub fn password_too_short(typed: &str) -> Option<String> {
+    let count = typed.chars().count();
+    (count > 0 && count < MIN_PASSWORD_CHARS)
+        .then(|| format!("at least {MIN_PASSWORD_CHARS} characters ({count} so far)"))
+}
+
 /// What this feature's server functions need from the server (which implements it). Acting
 /// calls act as the session's user: an operator on any tenant, a tenant admin on their own
 /// tenant only (any other tenant is `NotFound`); without a session they are `Unauthorized`.

@@ -67,6 +67,19 @@ fn gcra(name: &str, limit: u64) -> Value {
             "enabled": true, "penalty": false })
 }
 
+/// The id of the user with `email` in a `users/list` answer.
+fn id_by_email(users: &Value, email: &str) -> String {
+    users
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|u| u["email"] == email)
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
 /// Operator creates tenants A and B and an admin for each; returns (A's id, B's id).
 async fn two_tenants(app: &TestApp, operator: &Client) -> (String, String) {
     let mut ids = Vec::new();
@@ -430,17 +443,7 @@ async fn an_operator_disables_enables_and_resets_a_user_and_their_sessions_end_a
         emails,
         ["admin@localhost", "alpha@example.com", "beta@example.com"]
     );
-    let id_of = |email: &str| {
-        users
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|u| u["email"] == email)
-            .unwrap()["id"]
-            .as_str()
-            .unwrap()
-            .to_owned()
-    };
+    let id_of = |email: &str| id_by_email(&users, email);
     let (me, alpha_admin) = (id_of("admin@localhost"), id_of("alpha@example.com"));
     for (endpoint, args) in [
         ("users/list", json!({})),
@@ -599,17 +602,7 @@ async fn an_operator_deletes_a_user_whose_session_ends_and_who_cannot_sign_in_ag
     let rules = json!({ "tenant": alpha });
     ok(&app, &admin, "rules/list", rules.clone()).await;
     let users = ok(&app, &operator, "users/list", json!({})).await;
-    let id_of = |email: &str| {
-        users
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|u| u["email"] == email)
-            .unwrap()["id"]
-            .as_str()
-            .unwrap()
-            .to_owned()
-    };
+    let id_of = |email: &str| id_by_email(&users, email);
     let (me, alpha_admin) = (id_of("admin@localhost"), id_of("alpha@example.com"));
 
     // Only operators delete, and never themselves.
