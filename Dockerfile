@@ -18,7 +18,7 @@ COPY end2end/package.json end2end/package-lock.json end2end/
 RUN cd end2end && npm ci --no-audit --no-fund
 ENV PATH=/src/end2end/node_modules/.bin:$PATH
 COPY . .
-RUN cargo leptos build --release
+RUN cargo leptos build --release --split
 
 FROM debian:bookworm-slim AS runtime
 RUN apt-get update \

@@ -3,7 +3,7 @@
 use leptos::prelude::*;
 use leptos_meta::{provide_meta_context, MetaTags, Stylesheet, Title};
 use leptos_router::components::{Route, Router, Routes, A};
-use leptos_router::{path, SsrMode};
+use leptos_router::{lazy_route, path, Lazy, LazyRoute, SsrMode};
 
 use crate::audit::view::{PlatformAuditPage, TenantAuditPage};
 use crate::auth::admins::TenantAdminsPage;
@@ -43,10 +43,10 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
 #[component]
 pub fn App() -> impl IntoView {
     provide_meta_context();
-    // Effects run only in the browser, so this flips once the page is hydrated and
-    // interactive. Tests (and people) can tell a live page from a server-rendered one.
+    // Flipped by the route's own view once it is hydrated and interactive (see `mark_live`).
+    // Tests (and people) can tell a live page from a server-rendered one.
     let (hydrated, set_hydrated) = signal(false);
-    Effect::new(move |_| set_hydrated.set(true));
+    provide_context(Live(set_hydrated));
     let user = UserResource(Resource::new(|| (), |()| current_user()));
     provide_context(user);
 
@@ -63,23 +63,23 @@ pub fn App() -> impl IntoView {
             <main id="main" tabindex="-1">
                 <Routes fallback=|| view! { <NotFound/> }>
                     <Route path=path!("/") view=HomePage/>
-                    <Route path=path!("/sign-in") view=SignInPage/>
-                    <Route path=path!("/account") view=AccountPage ssr=SsrMode::Async/>
+                    <Route path=path!("/sign-in") view={Lazy::<SignInRoute>::new()}/>
+                    <Route path=path!("/account") view={Lazy::<AccountRoute>::new()} ssr=SsrMode::Async/>
                     // The management pages wait for their data on the server and arrive as one
                     // complete document, readable before (and without) any script.
                     // Each is behind its `Gate`: sign-in first, operators' pages for operators,
                     // a tenant's pages for those who may see that tenant.
-                    <Route path=path!("/tenants") view=|| view! { <Gate need=Need::Operator><TenantsPage/></Gate> } ssr=SsrMode::Async/>
-                    <Route path=path!("/audit") view=|| view! { <Gate need=Need::Operator><PlatformAuditPage/></Gate> } ssr=SsrMode::Async/>
-                    <Route path=path!("/users") view=|| view! { <Gate need=Need::Operator><UsersPage/></Gate> } ssr=SsrMode::Async/>
-                    <Route path=path!("/dashboard") view=|| view! { <Gate need=Need::Operator><FleetDashboardPage/></Gate> } ssr=SsrMode::Async/>
-                    <Route path=path!("/tenants/:tenant/dashboard") view=|| view! { <Gate need=Need::Tenant><TenantDashboardPage/></Gate> } ssr=SsrMode::Async/>
-                    <Route path=path!("/tenants/:tenant/rules") view=|| view! { <Gate need=Need::Tenant><RulesPage/></Gate> } ssr=SsrMode::Async/>
-                    <Route path=path!("/tenants/:tenant/rules/file") view=|| view! { <Gate need=Need::Tenant><RulesFilePage/></Gate> } ssr=SsrMode::Async/>
-                    <Route path=path!("/tenants/:tenant/keys") view=|| view! { <Gate need=Need::Tenant><KeysPage/></Gate> } ssr=SsrMode::Async/>
-                    <Route path=path!("/tenants/:tenant/audit") view=|| view! { <Gate need=Need::Tenant><TenantAuditPage/></Gate> } ssr=SsrMode::Async/>
-                    <Route path=path!("/tenants/:tenant/simulate") view=|| view! { <Gate need=Need::Tenant><SimulatePage/></Gate> } ssr=SsrMode::Async/>
-                    <Route path=path!("/tenants/:tenant/admins") view=|| view! { <Gate need=Need::Tenant><TenantAdminsPage/></Gate> } ssr=SsrMode::Async/>
+                    <Route path=path!("/tenants") view={Lazy::<TenantsRoute>::new()} ssr=SsrMode::Async/>
+                    <Route path=path!("/audit") view={Lazy::<PlatformAuditRoute>::new()} ssr=SsrMode::Async/>
+                    <Route path=path!("/users") view={Lazy::<UsersRoute>::new()} ssr=SsrMode::Async/>
+                    <Route path=path!("/dashboard") view={Lazy::<FleetDashboardRoute>::new()} ssr=SsrMode::Async/>
+                    <Route path=path!("/tenants/:tenant/dashboard") view={Lazy::<TenantDashboardRoute>::new()} ssr=SsrMode::Async/>
+                    <Route path=path!("/tenants/:tenant/rules") view={Lazy::<RulesRoute>::new()} ssr=SsrMode::Async/>
+                    <Route path=path!("/tenants/:tenant/rules/file") view={Lazy::<RulesFileRoute>::new()} ssr=SsrMode::Async/>
+                    <Route path=path!("/tenants/:tenant/keys") view={Lazy::<KeysRoute>::new()} ssr=SsrMode::Async/>
+                    <Route path=path!("/tenants/:tenant/audit") view={Lazy::<TenantAuditRoute>::new()} ssr=SsrMode::Async/>
+                    <Route path=path!("/tenants/:tenant/simulate") view={Lazy::<SimulateRoute>::new()} ssr=SsrMode::Async/>
+                    <Route path=path!("/tenants/:tenant/admins") view={Lazy::<TenantAdminsRoute>::new()} ssr=SsrMode::Async/>
                 </Routes>
             </main>
         </Router>
@@ -155,8 +155,61 @@ fn MainNav(user: Option<SignedInUser>) -> impl IntoView {
     }
 }
 
+/// Marks the page live.
+#[derive(Debug, Clone, Copy)]
+struct Live(WriteSignal<bool>);
+
+/// Called by every route's view: effects run only in the browser, after the view they belong
+/// to is hydrated, so the header's `data-hydrated` turns "true" once this page's own buttons
+/// work. A flag set by `App` itself would flip while a lazy page's chunk is still loading.
+fn mark_live() {
+    if let Some(Live(set)) = use_context::<Live>() {
+        Effect::new(move |_| set.set(true));
+    }
+}
+
+/// A page whose code the browser loads only when it is shown. Each route's view is a lazy
+/// function: `cargo leptos build --split` moves it, and all the code only it reaches, into a WASM
+/// chunk of its own, fetched when the router first shows the page (and preloaded with the page
+/// when the server renders it). The home page, the header and the not-found page stay in the
+/// main module, which every page loads.
+macro_rules! lazy_page {
+    ($(#[$doc:meta])* $route:ident => $page:expr) => {
+        $(#[$doc])*
+        #[derive(Debug)]
+        struct $route;
+
+        #[lazy_route]
+        impl LazyRoute for $route {
+            fn data() -> Self {
+                $route
+            }
+
+            fn view(_this: Self) -> AnyView {
+                mark_live();
+                $page.into_any()
+            }
+        }
+    };
+}
+
+lazy_page!(SignInRoute => view! { <SignInPage/> });
+lazy_page!(AccountRoute => view! { <AccountPage/> });
+lazy_page!(TenantsRoute => view! { <Gate need=Need::Operator><TenantsPage/></Gate> });
+lazy_page!(PlatformAuditRoute => view! { <Gate need=Need::Operator><PlatformAuditPage/></Gate> });
+lazy_page!(UsersRoute => view! { <Gate need=Need::Operator><UsersPage/></Gate> });
+lazy_page!(FleetDashboardRoute => view! { <Gate need=Need::Operator><FleetDashboardPage/></Gate> });
+lazy_page!(TenantDashboardRoute => view! { <Gate need=Need::Tenant><TenantDashboardPage/></Gate> });
+lazy_page!(RulesRoute => view! { <Gate need=Need::Tenant><RulesPage/></Gate> });
+lazy_page!(RulesFileRoute => view! { <Gate need=Need::Tenant><RulesFilePage/></Gate> });
+lazy_page!(KeysRoute => view! { <Gate need=Need::Tenant><KeysPage/></Gate> });
+lazy_page!(TenantAuditRoute => view! { <Gate need=Need::Tenant><TenantAuditPage/></Gate> });
+lazy_page!(SimulateRoute => view! { <Gate need=Need::Tenant><SimulatePage/></Gate> });
+lazy_page!(TenantAdminsRoute => view! { <Gate need=Need::Tenant><TenantAdminsPage/></Gate> });
+
 #[component]
 fn HomePage() -> impl IntoView {
+    mark_live();
     let user = expect_context::<UserResource>();
     view! {
         <h1>"Sluice console"</h1>
@@ -184,6 +237,7 @@ fn HomePage() -> impl IntoView {
 
 #[component]
 fn NotFound() -> impl IntoView {
+    mark_live();
     #[cfg(feature = "ssr")]
     {
         if let Some(response) = use_context::<leptos_axum::ResponseOptions>() {
