@@ -1,5 +1,5 @@
 // Playwright drives Debian's Chromium (no browser download). The server under test is the
-// build that `cargo leptos build --release --split` produced (SLUICE_E2E_PROFILE=debug for a debug one), started here on its own port with a fresh
+// build that `cargo leptos build --release --split` produced (SLUICE_E2E_PROFILE=debug for one of `cargo leptos build --split`), started here on its own port with a fresh
 // data directory, so a developer's running instance is never touched.
 import { defineConfig } from '@playwright/test';
 import { mkdtempSync } from 'node:fs';

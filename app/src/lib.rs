@@ -23,6 +23,14 @@
 //! - [`gate`]: who may see a page (sign-in and back, operators only, a tenant's own pages);
 //! - [`shell`] and [`App`]: the HTML document and the router.
 
+// The server renders what the browser hydrates, so both must be built with erased components
+// (.cargo/config.toml). A RUSTFLAGS variable or a host rustflags in another cargo config replaces
+// that setting, and a console built without it on one side does not hydrate.
+#[cfg(all(any(feature = "ssr", feature = "hydrate"), not(erase_components)))]
+compile_error!(
+    "build with `--cfg erase_components` (set in .cargo/config.toml): the server and the browser must agree"
+);
+
 pub mod audit;
 pub mod auth;
 #[cfg(feature = "ssr")]

@@ -160,8 +160,10 @@ fn MainNav(user: Option<SignedInUser>) -> impl IntoView {
 struct Live(WriteSignal<bool>);
 
 /// Called by every route's view: effects run only in the browser, after the view they belong
-/// to is hydrated, so the header's `data-hydrated` turns "true" once this page's own buttons
-/// work. A flag set by `App` itself would flip while a lazy page's chunk is still loading.
+/// to is hydrated, so on a fresh load the header's `data-hydrated` turns "true" once this
+/// page's own buttons work. A flag set by `App` itself would flip while a lazy page's chunk is
+/// still loading. It is never reset: after a navigation in the browser it stays "true" while
+/// the next page's chunk loads.
 fn mark_live() {
     if let Some(Live(set)) = use_context::<Live>() {
         Effect::new(move |_| set.set(true));

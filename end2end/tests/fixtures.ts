@@ -30,7 +30,8 @@ export const test = base.extend<Fixtures>({
   },
 });
 
-/** Waits until the page is hydrated: the root component's browser-only effect has run. */
+/** Waits until the page is hydrated: the browser-only effect of the route's own view has run
+ * (`mark_live` in app/src/root.rs). */
 export async function waitForHydration(page: Page) {
   await expect(page.getByTestId('hydration')).toHaveAttribute('data-hydrated', 'true');
 }
