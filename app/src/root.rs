@@ -62,7 +62,7 @@ pub fn App() -> impl IntoView {
             <Header hydrated=hydrated user=user/>
             <main id="main" tabindex="-1">
                 <Routes fallback=|| view! { <NotFound/> }>
-                    <Route path=path!("/") view=HomePage/>
+                    <Route path=path!("/") view={Lazy::<HomeRoute>::new()}/>
                     <Route path=path!("/sign-in") view={Lazy::<SignInRoute>::new()}/>
                     <Route path=path!("/account") view={Lazy::<AccountRoute>::new()} ssr=SsrMode::Async/>
                     // The management pages wait for their data on the server and arrive as one
@@ -171,13 +171,22 @@ fn mark_live() {
 }
 
 /// A page whose code the browser loads only when it is shown. Each route's view is a lazy
-/// function: `cargo leptos build --split` moves it, and all the code only it reaches, into a WASM
-/// chunk of its own, fetched when the router first shows the page (and preloaded with the page
-/// when the server renders it). The home page, the header and the not-found page stay in the
-/// main module, which every page loads.
+/// function: `cargo leptos build --split` moves it, and all the code only it reaches, into WASM
+/// chunks of its own, fetched when the router first shows the page, and named in preload links
+/// when the server renders it, so that the browser fetches them alongside the main module. The
+/// header and the not-found page stay in the main module, which every page loads.
+///
+/// Leptos 0.8.23 writes those preload links itself for a streamed page (`streamed`: home and
+/// sign-in) but not for one rendered with `SsrMode::Async` (all the others), so for those
+/// `preload_chunks` writes them.
 macro_rules! lazy_page {
-    ($(#[$doc:meta])* $route:ident => $page:expr) => {
-        $(#[$doc])*
+    (streamed $route:ident => $page:expr) => {
+        lazy_page!(@page $route, false, $page);
+    };
+    ($route:ident => $page:expr) => {
+        lazy_page!(@page $route, true, $page);
+    };
+    (@page $route:ident, $preload:tt, $page:expr) => {
         #[derive(Debug)]
         struct $route;
 
@@ -188,6 +197,10 @@ macro_rules! lazy_page {
             }
 
             fn view(_this: Self) -> AnyView {
+                #[cfg(feature = "ssr")]
+                if $preload {
+                    preload_chunks(stringify!($route));
+                }
                 mark_live();
                 $page.into_any()
             }
@@ -195,7 +208,57 @@ macro_rules! lazy_page {
     };
 }
 
-lazy_page!(SignInRoute => view! { <SignInPage/> });
+/// The split manifest's name for a lazy route's view, without the hash Leptos appends:
+/// `SignInRoute` → `__sign_in_route_view_`.
+#[cfg(feature = "ssr")]
+fn split_name_prefix(route: &str) -> String {
+    let mut name = String::from("__");
+    for (i, c) in route.chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            name.push('_');
+        }
+        name.push(c.to_ascii_lowercase());
+    }
+    name.push_str("_view_");
+    name
+}
+
+/// Adds to the page's head a preload link for every WASM chunk the split manifest lists for the
+/// route's view, and one for the chunk loader, as Leptos does for a streamed page. Without them
+/// the browser learns of the chunks only once the main module runs (docs/BENCHMARKS.md, "The
+/// console's first load"). Does nothing when the build is not split.
+#[cfg(feature = "ssr")]
+fn preload_chunks(route: &str) {
+    use leptos_meta::Link;
+    let Some(manifest) = use_context::<leptos::WasmSplitManifest>() else {
+        return;
+    };
+    let Some(manifest) = manifest.0.try_read_value() else {
+        return;
+    };
+    let (pkg, chunks, loader) = &*manifest;
+    let prefix = split_name_prefix(route);
+    let modules = chunks
+        .iter()
+        .filter(|(name, _)| {
+            name.strip_prefix(&prefix)
+                .is_some_and(|hash| !hash.is_empty() && hash.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .flat_map(|(_, modules)| modules);
+    // `to_html` on a leptos_meta tag registers it with the document's head.
+    for module in modules {
+        let _ = view! {
+            <Link rel="preload" href=format!("{pkg}/{module}.wasm") as_="fetch"
+                type_="application/wasm" crossorigin=""/>
+        }
+        .to_html();
+    }
+    let _ = view! { <Link rel="modulepreload" href=format!("{pkg}/{loader}") crossorigin=""/> }
+        .to_html();
+}
+
+lazy_page!(streamed HomeRoute => view! { <HomePage/> });
+lazy_page!(streamed SignInRoute => view! { <SignInPage/> });
 lazy_page!(AccountRoute => view! { <AccountPage/> });
 lazy_page!(TenantsRoute => view! { <Gate need=Need::Operator><TenantsPage/></Gate> });
 lazy_page!(PlatformAuditRoute => view! { <Gate need=Need::Operator><PlatformAuditPage/></Gate> });
@@ -211,7 +274,6 @@ lazy_page!(TenantAdminsRoute => view! { <Gate need=Need::Tenant><TenantAdminsPag
 
 #[component]
 fn HomePage() -> impl IntoView {
-    mark_live();
     let user = expect_context::<UserResource>();
     view! {
         <h1>"Sluice console"</h1>
@@ -249,5 +311,19 @@ fn NotFound() -> impl IntoView {
     view! {
         <h1>"Not found"</h1>
         <p>"There is no page here. " <a href="/">"Go to the console home."</a></p>
+    }
+}
+
+#[cfg(all(test, feature = "ssr"))]
+mod tests {
+    use super::split_name_prefix;
+
+    #[test]
+    fn a_routes_split_name_is_its_snake_case_view() {
+        assert_eq!(split_name_prefix("SignInRoute"), "__sign_in_route_view_");
+        assert_eq!(
+            split_name_prefix("TenantAdminsRoute"),
+            "__tenant_admins_route_view_"
+        );
     }
 }

@@ -1,6 +1,9 @@
 //! Small pieces every page uses: dates, error notes, and the inline confirmation.
 
 use leptos::prelude::*;
+use leptos::server_fn::ServerFn;
+use leptos::wasm_bindgen::JsCast;
+use leptos::web_sys::{FormData, HtmlFormElement};
 
 use crate::error::AppError;
 
@@ -136,7 +139,6 @@ pub fn focus_soon(id: impl Into<String>) {
     let id: String = id.into();
     #[cfg(feature = "hydrate")]
     request_animation_frame(move || {
-        use wasm_bindgen::JsCast;
         let element = document()
             .get_element_by_id(&id)
             .and_then(|e| e.dyn_into::<web_sys::HtmlElement>().ok());
@@ -292,5 +294,49 @@ mod tests {
             .contains("2026-11-30T14:05"));
         assert!(parse_utc("2026-11-30T25:00").is_err());
         assert!(parse_utc("2026-11-30T10:00:00:00").is_err());
+    }
+}
+
+/// The named fields of a submitted form.
+#[derive(Debug)]
+pub struct FormFields(FormData);
+
+impl FormFields {
+    /// The text of field `name`, empty when the form has no such field.
+    pub fn text(&self, name: &str) -> String {
+        self.0.get(name).as_string().unwrap_or_default()
+    }
+}
+
+/// A form that posts to the server function `F`. Without script the browser posts it
+/// URL-encoded, as the server function reads it; once hydrated, a submit builds the arguments
+/// from the form's fields with `args` and dispatches `action`. Leptos's `ActionForm` does the
+/// same through a generic URL-encoded deserializer, which costs the browser about 26 KB of
+/// gzipped WASM (docs/BENCHMARKS.md, "The console's first load").
+#[component]
+pub fn PostForm<F, A>(action: ServerAction<F>, args: A, children: Children) -> impl IntoView
+where
+    F: ServerFn + Clone + Send + Sync + 'static,
+    F::Output: Send + Sync + 'static,
+    F::Error: Send + Sync + 'static,
+    A: Fn(&FormFields) -> F + 'static,
+{
+    let on_submit = move |ev: leptos::ev::SubmitEvent| {
+        if ev.default_prevented() {
+            return;
+        }
+        ev.prevent_default();
+        let fields = ev
+            .target()
+            .and_then(|target| target.dyn_into::<HtmlFormElement>().ok())
+            .and_then(|form| FormData::new_with_form(&form).ok());
+        if let Some(fields) = fields {
+            action.dispatch(args(&FormFields(fields)));
+        }
+    };
+    view! {
+        <form action=F::url() method="post" on:submit=on_submit>
+            {children()}
+        </form>
     }
 }

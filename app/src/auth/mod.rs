@@ -1,13 +1,13 @@
 //! Sign-in and sign-out. Passwords are checked on the server (argon2id); the browser keeps
 //! only an HttpOnly, SameSite=Strict session cookie.
 
-use leptos::form::ActionForm;
 use leptos::prelude::*;
 use leptos::server_fn::codec::Json;
 use leptos_router::hooks::use_navigate;
 use serde::{Deserialize, Serialize};
 
 use crate::error::AppError;
+use crate::ui::{FormFields, PostForm};
 
 pub mod admins;
 pub mod users;
@@ -290,13 +290,13 @@ pub fn SignInPage() -> impl IntoView {
     view! {
         <section class="card sign-in" aria-labelledby="sign-in-title">
             <h1 id="sign-in-title">"Sign in"</h1>
-            <ActionForm action=action>
+            <PostForm action=action args=|f: &FormFields| SignIn { email: f.text("email"), password: f.text("password") }>
                 <label for="email">"Email"</label>
                 <input id="email" name="email" type="email" autocomplete="username" required/>
                 <label for="password">"Password"</label>
                 <input id="password" name="password" type="password" autocomplete="current-password" required/>
                 <button type="submit" disabled=move || action.pending().get()>"Sign in"</button>
-            </ActionForm>
+            </PostForm>
             {move || error().map(|e| view! { <p class="error" role="alert" data-testid="sign-in-error">{e}</p> })}
             <p class="muted">
                 "The first operator account is printed when an embedded instance starts, or made with "
@@ -344,9 +344,9 @@ pub fn AccountPage() -> impl IntoView {
                 {move || user.get().map(|reading| match reading {
                     Ok(Some(u)) => view! {
                         <p data-testid="signed-in-as">"Signed in as " <strong>{u.email}</strong> " (" {u.role.as_str()} ")"</p>
-                        <ActionForm action=sign_out>
+                        <PostForm action=sign_out args=|_: &FormFields| SignOut {}>
                             <button type="submit" data-testid="sign-out">"Sign out"</button>
-                        </ActionForm>
+                        </PostForm>
                         <PasswordForm action=change_password/>
                         <Sessions sessions=sessions sign_out_others=sign_out_others/>
                     }.into_any(),
@@ -391,7 +391,11 @@ fn PasswordForm(action: ServerAction<ChangePassword>) -> impl IntoView {
     });
     view! {
         <h2 id="password-title" class="spaced">"Change your password"</h2>
-        <ActionForm action=action attr:aria-labelledby="password-title" attr:data-testid="password-form">
+        <PostForm action=action attr:aria-labelledby="password-title" attr:data-testid="password-form"
+            args=|f: &FormFields| ChangePassword {
+                current_password: f.text("current_password"),
+                new_password: f.text("new_password"),
+            }>
             <label for="current-password">"Current password"</label>
             <input id="current-password" name="current_password" type="password"
                 autocomplete="current-password" required
@@ -403,7 +407,7 @@ fn PasswordForm(action: ServerAction<ChangePassword>) -> impl IntoView {
             <span class="field-error" id="new-password-hint">{short}</span>
             <p class="muted">"Your other sessions end at once, on every instance; this one goes on."</p>
             <button type="submit" data-testid="change-password" disabled=move || action.pending().get()>"Change password"</button>
-        </ActionForm>
+        </PostForm>
         {outcome}
     }
 }
