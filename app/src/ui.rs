@@ -1,7 +1,9 @@
-//! Small pieces every page uses: dates, error notes, and the inline confirmation.
+//! Small pieces every page uses: dates, error notes, the inline confirmation, and the form
+//! that posts to a server function with or without script.
 
 use leptos::prelude::*;
-use leptos::server_fn::ServerFn;
+use leptos::server_fn::codec::PostUrl;
+use leptos::server_fn::{Http, ServerFn};
 use leptos::wasm_bindgen::JsCast;
 use leptos::web_sys::{FormData, HtmlFormElement};
 
@@ -308,15 +310,15 @@ impl FormFields {
     }
 }
 
-/// A form that posts to the server function `F`. Without script the browser posts it
-/// URL-encoded, as the server function reads it; once hydrated, a submit builds the arguments
-/// from the form's fields with `args` and dispatches `action`. Leptos's `ActionForm` does the
-/// same through a generic URL-encoded deserializer, which costs the browser about 26 KB of
-/// gzipped WASM (docs/BENCHMARKS.md, "The console's first load").
+/// A form that posts to the server function `F`, whose arguments are URL-encoded. Without
+/// script the browser posts it, URL-encoded, as the server function reads it; once hydrated, a
+/// submit builds the arguments from the form's fields with `args` and dispatches `action`.
+/// Leptos's `ActionForm` does the same through a generic URL-encoded deserializer, which costs
+/// the browser about 26 KB of gzipped WASM (docs/BENCHMARKS.md, "The console's first load").
 #[component]
-pub fn PostForm<F, A>(action: ServerAction<F>, args: A, children: Children) -> impl IntoView
+pub fn PostForm<F, O, A>(action: ServerAction<F>, args: A, children: Children) -> impl IntoView
 where
-    F: ServerFn + Clone + Send + Sync + 'static,
+    F: ServerFn<Protocol = Http<PostUrl, O>> + Clone + Send + Sync + 'static,
     F::Output: Send + Sync + 'static,
     F::Error: Send + Sync + 'static,
     A: Fn(&FormFields) -> F + 'static,
@@ -325,12 +327,14 @@ where
         if ev.default_prevented() {
             return;
         }
-        ev.prevent_default();
+        // Should the fields not be readable, the browser posts the form as it would without
+        // script.
         let fields = ev
             .target()
             .and_then(|target| target.dyn_into::<HtmlFormElement>().ok())
             .and_then(|form| FormData::new_with_form(&form).ok());
         if let Some(fields) = fields {
+            ev.prevent_default();
             action.dispatch(args(&FormFields(fields)));
         }
     };

@@ -1,6 +1,6 @@
 // The rules form with the keyboard alone: no click and no mouse, every step by Tab, Enter,
 // typing and Escape, with the focus where the user needs it after each one.
-import { test, expect, waitForHydration, signedInAsNewTenantAdmin, tabTo } from './fixtures';
+import { test, expect, waitForHydration, signedInAsNewTenantAdmin, serverFn, tabTo } from './fixtures';
 
 test('a rule is created, edited, cancelled and deleted with the keyboard alone, and the focus follows', async ({
   page, browserErrors,
@@ -73,4 +73,40 @@ test('a rule is created, edited, cancelled and deleted with the keyboard alone, 
   // The row is gone: the focus is on the list's heading, not lost to the page.
   await expect(page.getByRole('heading', { name: 'Rules', exact: true })).toBeFocused();
   expect(browserErrors).toEqual([]);
+});
+
+test('a rules file is edited, previewed and applied with the keyboard alone', async ({ page, browserErrors }) => {
+  void browserErrors;
+  const t = await signedInAsNewTenantAdmin(page, 'keyboard-file');
+  const [made, rule] = await serverFn(page, 'rules/save', {
+    tenant: t.id, id: null,
+    body: { name: 'search', match: 'exact', route: 'GET /search', scope: 'subject', algorithm: 'token_bucket', limit: 10, period_ms: 1000 },
+  });
+  expect(made, rule).toBe(true);
+  await page.goto(`/tenants/${t.id}/rules/file`);
+  await waitForHydration(page);
+
+  // Tab into the file, go to its end and type a rule.
+  const box = page.getByLabel('The rules (YAML)');
+  await tabTo(page, box, 20);
+  await expect(box).toHaveValue(/name: search/);
+  await page.keyboard.press('Control+End');
+  await page.keyboard.type('- name: fresh\n  match: prefix\n  route: GET /fresh\n  scope: tenant\n  algorithm: gcra\n  limit: 3\n  period_ms: 1000\n');
+  // Preview is the next stop but one (after Download); Enter presses it.
+  const preview = page.getByTestId('rules-file-preview');
+  await tabTo(page, preview, 3);
+  await page.keyboard.press('Enter');
+  // The plan takes the focus (Preview is disabled while the server answers), and Apply is two
+  // Shift+Tabs back, past "Discard edits".
+  const plan = page.getByTestId('rules-file-plan');
+  await expect(plan).toContainText('1 to create, 0 to update, 0 to delete, 1 unchanged');
+  await expect(plan).toBeFocused();
+  const apply = page.getByTestId('rules-file-apply');
+  await tabTo(page, apply, 2, true);
+  await page.keyboard.press('Enter');
+  const applied = page.getByTestId('rules-file-applied');
+  await expect(applied).toContainText('Applied: 1 to create, 0 to update, 0 to delete, 1 unchanged');
+  await expect(applied).toBeFocused();
+  const [, after] = await serverFn(page, 'rules/list', { tenant: t.id });
+  expect((JSON.parse(after) as { name: string }[]).map((r) => r.name).sort()).toEqual(['fresh', 'search']);
 });

@@ -8,7 +8,7 @@ use leptos::prelude::*;
 use super::{ImportRules, RulesPlan, MAX_IMPORT_BYTES};
 use crate::error::AppError;
 use crate::tenants::view::TenantTabs;
-use crate::ui::{use_tenant, ErrorNote};
+use crate::ui::{focus_soon, use_tenant, ErrorNote};
 
 /// `text` as a `data:` URL (percent-encoded: a `data:` URL reads `+` as itself, not a space),
 /// so the browser can save it without another request.
@@ -54,6 +54,14 @@ pub fn RulesFilePage() -> impl IntoView {
             preview.value().get()
         }
     };
+    // The answer takes the focus: the button pressed is disabled while the server answers, which
+    // would leave the focus nowhere. A screen reader reads the answer, and Shift+Tab goes back
+    // to Apply.
+    Effect::new(move |_| {
+        if shown().is_some() {
+            focus_soon("rules-file-outcome");
+        }
+    });
     view! {
         <TenantTabs tenant=tenant current="rules"/>
         <section class="card" aria-labelledby="file-title">
@@ -158,13 +166,13 @@ fn FileEditor(
 fn PlanView(plan: RulesPlan) -> impl IntoView {
     let problems = plan.all_problems();
     let status = if plan.applied {
-        view! { <p class="ok" role="status" data-testid="rules-file-applied">"Applied: " {plan.summary()} "."</p> }.into_any()
+        view! { <p class="ok" role="status" id="rules-file-outcome" tabindex="-1" data-testid="rules-file-applied">"Applied: " {plan.summary()} "."</p> }.into_any()
     } else if !problems.is_empty() {
-        view! { <p class="field-error" role="status" data-testid="rules-file-refused">{format!("Cannot apply: {} problem(s), listed below. Nothing has changed.", problems.len())}</p> }.into_any()
+        view! { <p class="field-error" role="status" id="rules-file-outcome" tabindex="-1" data-testid="rules-file-refused">{format!("Cannot apply: {} problem(s), listed below. Nothing has changed.", problems.len())}</p> }.into_any()
     } else if plan.is_empty() {
-        view! { <p role="status" data-testid="rules-file-same">"The file matches the tenant's rules: nothing to apply."</p> }.into_any()
+        view! { <p role="status" id="rules-file-outcome" tabindex="-1" data-testid="rules-file-same">"The file matches the tenant's rules: nothing to apply."</p> }.into_any()
     } else {
-        view! { <p role="status" data-testid="rules-file-plan">"Preview: " {plan.summary()} ". Nothing has changed yet."</p> }.into_any()
+        view! { <p role="status" id="rules-file-outcome" tabindex="-1" data-testid="rules-file-plan">"Preview: " {plan.summary()} ". Nothing has changed yet."</p> }.into_any()
     };
     let problem_list = |list: Vec<super::FieldError>| {
         view! {

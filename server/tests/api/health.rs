@@ -160,11 +160,13 @@ async fn the_console_page_is_server_rendered_with_its_hydration_script() {
 
     let sign_in = app.get("/sign-in").await;
     assert_eq!(sign_in.status(), 200);
-    assert!(sign_in
-        .text()
-        .await
-        .unwrap()
-        .contains(r#"autocomplete="current-password""#));
+    let sign_in = sign_in.text().await.unwrap();
+    assert!(sign_in.contains(r#"autocomplete="current-password""#));
+    // Without script the browser posts the form itself, URL-encoded, to the server function.
+    assert!(
+        sign_in.contains(r#"<form action="/api/sign_in" method="post""#),
+        "{sign_in}"
+    );
 
     let missing = app.get("/no/such/page").await;
     assert_eq!(missing.status(), 404);
