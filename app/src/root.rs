@@ -177,8 +177,8 @@ fn mark_live() {
 /// header and the not-found page stay in the main module, which every page loads.
 ///
 /// Leptos 0.8.23 writes those preload links itself for a streamed page (`streamed`: home and
-/// sign-in) but not for one rendered with `SsrMode::Async` (all the others), so for those
-/// `preload_chunks` writes them.
+/// sign-in), but for one rendered with `SsrMode::Async` (the others) only on some requests, so
+/// for those `preload_chunks` writes them (a chunk named twice is still fetched once).
 macro_rules! lazy_page {
     (streamed $route:ident => $page:expr) => {
         lazy_page!(@page $route, false, $page);
