@@ -1,5 +1,5 @@
-// The rules form with the keyboard alone: no click and no mouse, every step by Tab, Enter,
-// typing and Escape, with the focus where the user needs it after each one.
+// The rules form and the rules file page with the keyboard alone: no click and no mouse, every
+// step by Tab, Enter, typing and Escape, with the focus where the user needs it after each one.
 import { test, expect, waitForHydration, signedInAsNewTenantAdmin, serverFn, tabTo } from './fixtures';
 
 test('a rule is created, edited, cancelled and deleted with the keyboard alone, and the focus follows', async ({
