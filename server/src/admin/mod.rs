@@ -5,7 +5,7 @@
 //! only once it commits is the change announced to every instance.
 //!
 //! One module per resource: [`tenants`], [`quotas`], [`rules`], [`keys`], [`users`], [`audit`],
-//! [`simulate`]; [`dto`] turns store rows into the one wire shape (`app`'s DTOs) that REST and
+//! [`simulate`], [`top_denied`]; [`dto`] turns store rows into the one wire shape (`app`'s DTOs) that REST and
 //! the console both send.
 
 pub mod audit;
@@ -18,6 +18,7 @@ pub mod rule_files;
 pub mod rules;
 pub mod simulate;
 pub mod tenants;
+pub mod top_denied;
 pub mod users;
 
 use app::rules::FieldError;

@@ -20,12 +20,14 @@
 
 pub mod render;
 pub mod series;
+pub mod top;
 pub mod view;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use futures::StreamExt;
 use tokio::sync::{broadcast, watch};
 
 use crate::limiter::Limiter;
@@ -43,6 +45,9 @@ const REREAD: i64 = 4;
 /// How often (in seconds) active keys and tenant names are read; names sooner when a tenant
 /// without a name shows up.
 const SLOW_EVERY: i64 = 5;
+
+/// A second not yet written: the second, its fields, its denials by subject.
+type Unwritten = (i64, Vec<(String, i64)>, top::ByTenant);
 
 /// The last HTML of each dashboard: (scope, range) → (its last second, the HTML).
 type Rendered = HashMap<(Scope, app::dashboard::Range), (i64, Arc<str>)>;
@@ -153,6 +158,20 @@ impl Dashboard {
         &self.inner.id
     }
 
+    /// `tenant`'s denials by rule and subject over the last `minutes` minutes, the one now
+    /// running included, read from the fleet's series; also the first counted minute's start
+    /// (Unix ms).
+    pub async fn top_denied(
+        &self,
+        tenant: &str,
+        minutes: i64,
+    ) -> Result<(i64, HashMap<String, top::Summary>), crate::redis_client::Error> {
+        let now = now_ms().div_euclid(60_000);
+        let from = now - minutes + 1;
+        let rules = self.inner.store.top_denied(tenant, from, now).await?;
+        Ok((from * 60_000, rules))
+    }
+
     /// The frame of `scope` over `range`, from the view as last read.
     pub fn frame(&self, scope: &Scope, range: app::dashboard::Range) -> Frame {
         let mut frame = self.view().frame(scope, range);
@@ -231,7 +250,7 @@ impl Dashboard {
     }
 
     async fn run(&self) {
-        let mut pending: VecDeque<(i64, Vec<(String, i64)>)> = VecDeque::new();
+        let mut pending: VecDeque<Unwritten> = VecDeque::new();
         let mut shard_map: Option<Vec<(u16, u16, String)>> = None;
         // The next second this instance has not read yet (None: read the whole hour).
         let mut unread: Option<i64> = None;
@@ -258,9 +277,10 @@ impl Dashboard {
                     Err(e) => tracing::debug!(error = %e, "cannot read the Cluster's slots"),
                 }
             }
-            let snapshot = self.inner.recorder.take();
+            let mut snapshot = self.inner.recorder.take();
             let checks = snapshot.decision.count();
-            pending.push_back((second, self.fields(&snapshot, shard_map.as_deref())));
+            let denied = std::mem::take(&mut snapshot.denied);
+            pending.push_back((second, self.fields(&snapshot, shard_map.as_deref()), denied));
             while pending.len() > PENDING_MAX {
                 pending.pop_front();
             }
@@ -275,12 +295,22 @@ impl Dashboard {
             };
             // Seconds written late (after an outage) must be read again.
             let mut oldest_written = second;
-            while let Some((sec, fields)) = pending.front() {
+            while let Some((sec, fields, denied)) = pending.front() {
                 if *sec < second - series::SECONDS_KEPT {
                     pending.pop_front();
                     continue;
                 }
-                match self.inner.store.write(*sec, fields, &beat).await {
+                // Both writes are made once however often they are retried.
+                let written = match self.inner.store.write(*sec, fields, &beat).await {
+                    Ok(()) => {
+                        self.inner
+                            .store
+                            .write_top(*sec, &self.inner.id, denied)
+                            .await
+                    }
+                    Err(e) => Err(e),
+                };
+                match written {
                     Ok(()) => {
                         oldest_written = oldest_written.min(*sec);
                         pending.pop_front();
@@ -374,7 +404,7 @@ impl Dashboard {
         if count {
             let recent: Vec<String> = self
                 .view()
-                .tenants_since(second - 360)
+                .tenants_since(second - 360, false)
                 .into_iter()
                 .filter(|t| names.contains_key(t))
                 .collect();
@@ -387,8 +417,42 @@ impl Dashboard {
             }
             active = Some((counts, failed));
         }
+        // The most denied subjects of the tenants with denials in the last 5 minutes.
+        let mut denied_subjects = None;
+        if count {
+            let denying = self.view().tenants_since(second - 300, true);
+            let minute = second.div_euclid(60);
+            let store = &self.inner.store;
+            let read: Vec<(String, Result<HashMap<String, top::Summary>, _>)> =
+                futures::stream::iter(denying)
+                    .map(|tenant| async move {
+                        let summaries = store.top_denied(&tenant, minute - 4, minute).await;
+                        (tenant, summaries)
+                    })
+                    .buffer_unordered(16)
+                    .collect()
+                    .await;
+            denied_subjects = Some(read);
+        }
         let mut view = self.view_mut();
         view.names = names;
+        if let Some(read) = denied_subjects {
+            let mut fresh = HashMap::new();
+            for (tenant, summaries) in read {
+                match summaries {
+                    Ok(summaries) => {
+                        fresh.insert(tenant, view::DeniedSubjects::of(&summaries));
+                    }
+                    // Unreadable now: the last read stands.
+                    Err(_) => {
+                        if let Some(last) = view.denied_subjects.remove(&tenant) {
+                            fresh.insert(tenant, last);
+                        }
+                    }
+                }
+            }
+            view.denied_subjects = fresh;
+        }
         if let Some((counts, failed)) = active {
             let kept: Vec<(String, u64)> = failed
                 .iter()

@@ -8,7 +8,7 @@ use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use super::view::{max_bound_ms, Frame, Latency, Scope, Top};
+use super::view::{max_bound_ms, DeniedSubjects, Frame, Latency, Scope, Top};
 use crate::telemetry::recorder::Outcome;
 
 const ALLOWED: RGBColor = RGBColor(31, 122, 77);
@@ -433,6 +433,39 @@ fn top_table(out: &mut String, title: &str, testid: &str, rows: &[Top], with_pol
     out.push_str("</tbody></table></section>");
 }
 
+/// A tenant's most denied subjects of the last 5 minutes (whatever the range: they are kept
+/// per minute for an hour, not per second).
+fn denied_subjects_table(out: &mut String, denied: &DeniedSubjects) {
+    out.push_str(r#"<section class="card"><h2>Most denied subjects, last 5 minutes</h2><table data-testid="denied-subjects"><thead><tr><th>Policy</th><th>Subject</th><th class="num">Denied</th></tr></thead><tbody>"#);
+    if denied.rows.is_empty() {
+        out.push_str(
+            r#"<tr><td colspan="3" class="muted">No denials in the last 5 minutes.</td></tr>"#,
+        );
+    }
+    for (policy, subject, n) in &denied.rows {
+        let subject = if subject.is_empty() {
+            r#"<span class="muted">(the tenant-wide bucket)</span>"#.to_owned()
+        } else {
+            format!("<code>{}</code>", escape(subject))
+        };
+        let _ = write!(
+            out,
+            r#"<tr><td>{}</td><td>{subject}</td><td class="num">{n}</td></tr>"#,
+            escape(policy)
+        );
+    }
+    out.push_str("</tbody></table>");
+    let note = if denied.error == 0 {
+        "Exact counts. Refreshed every 5 s.".to_owned()
+    } else {
+        format!(
+            "Each count is at most {} below the true count (never above). Refreshed every 5 s.",
+            denied.error
+        )
+    };
+    let _ = write!(out, r#"<p class="muted small">{note}</p></section>"#);
+}
+
 /// The whole dashboard of one frame.
 pub fn html(frame: &Frame) -> String {
     let mut out = String::with_capacity(64 * 1024);
@@ -614,6 +647,9 @@ pub fn html(frame: &Frame) -> String {
             false,
         );
     }
+    if let Some(denied) = &frame.denied_subjects {
+        denied_subjects_table(&mut out, denied);
+    }
     out.push_str(r#"<section class="card"><h2>Active buckets</h2><table data-testid="active-buckets"><thead><tr><th>Tenant</th><th class="num">Buckets</th></tr></thead><tbody>"#);
     if frame.active_top.is_empty() {
         out.push_str(r#"<tr><td colspan="2" class="muted">No active buckets.</td></tr>"#);
@@ -686,6 +722,37 @@ mod tests {
         );
         assert_eq!(html.matches(r#"data-testid="chart-tips""#).count(), 2);
         assert!(html.contains("30.0%"), "the denial rate tile");
+    }
+
+    #[test]
+    fn a_tenants_most_denied_subjects_are_escaped_and_say_their_error() {
+        let mut view = View::default();
+        view.denied_subjects.insert(
+            "t1".into(),
+            DeniedSubjects {
+                rows: vec![
+                    ("per-user".into(), "<b>acme</b>".into(), 40),
+                    ("whole".into(), String::new(), 3),
+                ],
+                error: 2,
+            },
+        );
+        let tenant = Scope::Tenant("t1".into());
+        let html = html(&view.frame(&tenant, app::dashboard::Range::Hour));
+        assert!(
+            html.contains("<code>&lt;b&gt;acme&lt;/b&gt;</code>"),
+            "{html}"
+        );
+        assert!(html.contains("(the tenant-wide bucket)"));
+        assert!(html.contains("at most 2 below the true count"));
+        // Another tenant has none; the fleet's dashboard has no such table.
+        let other = html_of(&view, Scope::Tenant("t2".into()));
+        assert!(other.contains("No denials in the last 5 minutes."));
+        assert!(!html_of(&view, Scope::Fleet).contains("denied-subjects"));
+    }
+
+    fn html_of(view: &View, scope: Scope) -> String {
+        html(&view.frame(&scope, app::dashboard::Range::FiveMinutes))
     }
 
     #[test]

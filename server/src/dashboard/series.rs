@@ -6,7 +6,10 @@
 //! - `sld:{fleet}:s:<unix second>` a hash of counters for that second, kept 1 hour;
 //! - `sld:{fleet}:m:<unix minute>` the same counters summed per minute, kept 7 days;
 //! - `sld:{fleet}:alive` a sorted set: instance id → its last heartbeat (Unix ms);
-//! - `sld:{fleet}:beat:<instance>` the instance's last heartbeat (JSON), kept 10 s.
+//! - `sld:{fleet}:beat:<instance>` the instance's last heartbeat (JSON), kept 10 s;
+//! - `sld:{fleet}:top:<tenant>:<unix minute>` the tenant's denials by rule and subject in that
+//!   minute, a summary of at most [`top::CAPACITY`] subjects a rule ([`super::top`]), kept
+//!   1 hour and 2 minutes, merged by `lua/top_denied.lua`.
 //!
 //! A second is written by `lua/dashboard_write.lua`, which marks it as written by the instance
 //! so that a retry after a lost reply adds nothing.
@@ -25,6 +28,7 @@ use serde::{Deserialize, Serialize};
 
 use std::sync::LazyLock;
 
+use super::top::{self, ByTenant, Summary};
 use crate::limiter::MemoryBackend;
 use crate::redis_client::{keys, Error as RedisError, RedisClient};
 
@@ -43,6 +47,12 @@ pub const DEADLINE: Duration = Duration::from_secs(2);
 const WRITE_SOURCE: &str = include_str!("../../../lua/dashboard_write.lua");
 /// That script, hashed once.
 static WRITE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(WRITE_SOURCE));
+/// Merges one instance's second of denials by subject exactly once (see its header).
+const TOP_SOURCE: &str = include_str!("../../../lua/top_denied.lua");
+static TOP: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(TOP_SOURCE));
+/// How long the minutes of denials by subject are kept: the longest range asked, an hour,
+/// and the minute now running.
+pub const TOP_MINUTES_KEPT: i64 = 62;
 
 /// A hash of one second or minute: field → value.
 pub type Fields = HashMap<String, i64>;
@@ -73,6 +83,8 @@ pub struct MemorySeries {
     seconds: BTreeMap<i64, Fields>,
     minutes: BTreeMap<i64, Fields>,
     beats: HashMap<String, Beat>,
+    /// Minute → the tenants' denials by rule and subject.
+    top: BTreeMap<i64, ByTenant>,
 }
 
 fn merge(into: &mut Fields, fields: &[(String, i64)]) {
@@ -84,6 +96,32 @@ fn merge(into: &mut Fields, fields: &[(String, i64)]) {
             *slot += value;
         }
     }
+}
+
+/// One minute's hash of denials by subject (see `lua/top_denied.lua`) as summaries by rule.
+fn read_top(fields: &HashMap<String, String>) -> HashMap<String, Summary> {
+    let mut out: HashMap<String, Summary> = HashMap::new();
+    for (field, n) in fields {
+        let Some(rest) = field.strip_prefix("r\x1f") else {
+            continue;
+        };
+        let mut parts = rest.splitn(3, SEP);
+        let (Some(rule), Some(kind)) = (parts.next(), parts.next()) else {
+            continue;
+        };
+        let summary = out.entry(rule.to_owned()).or_default();
+        let count = || n.parse::<u64>().unwrap_or(0);
+        match (kind, parts.next()) {
+            ("n", None) => summary.denials += count(),
+            ("e", None) => summary.error += count(),
+            ("p", None) => summary.policy.clone_from(n),
+            ("s", Some(subject)) => {
+                summary.counts.insert(subject.to_owned(), count());
+            }
+            _ => {}
+        }
+    }
+    out
 }
 
 /// The store of the series.
@@ -152,6 +190,101 @@ impl SeriesStore {
                 Ok(())
             }
         }
+    }
+
+    /// Merges `instance`'s denials by subject of second `sec` into the minute's summaries;
+    /// a retry of a write already made adds nothing.
+    pub async fn write_top(
+        &self,
+        sec: i64,
+        instance: &str,
+        denied: &ByTenant,
+    ) -> Result<(), RedisError> {
+        if denied.is_empty() {
+            return Ok(());
+        }
+        let minute = sec.div_euclid(60);
+        match self {
+            SeriesStore::Memory { series, .. } => {
+                let mut s = series.lock().unwrap_or_else(|e| e.into_inner());
+                let tenants = s.top.entry(minute).or_default();
+                for (tenant, rules) in denied {
+                    let mine = tenants.entry(tenant.clone()).or_default();
+                    for (rule, summary) in rules {
+                        mine.entry(rule.clone()).or_default().merge(summary);
+                    }
+                }
+                s.top = s.top.split_off(&(minute - TOP_MINUTES_KEPT + 1));
+                Ok(())
+            }
+            SeriesStore::Redis(redis) => {
+                let tenants: Vec<(&String, &HashMap<String, Summary>)> = denied.iter().collect();
+                let _added: i64 = redis
+                    .run_script(
+                        &TOP,
+                        TOP_SOURCE,
+                        &keys::fleet_top(tenants[0].0, minute),
+                        |cmd| {
+                            cmd.arg(tenants.len());
+                            for (tenant, _) in &tenants {
+                                cmd.arg(keys::fleet_top(tenant, minute));
+                            }
+                            cmd.arg(format!("w{SEP}{instance}{SEP}{sec}"))
+                                .arg((TOP_MINUTES_KEPT + 1) * 60_000)
+                                .arg(top::CAPACITY);
+                            for (_, rules) in &tenants {
+                                cmd.arg(rules.len());
+                                for (rule, summary) in *rules {
+                                    cmd.arg(rule)
+                                        .arg(&summary.policy)
+                                        .arg(summary.denials)
+                                        .arg(summary.error)
+                                        .arg(summary.counts.len());
+                                    for (subject, n) in &summary.counts {
+                                        cmd.arg(subject).arg(*n);
+                                    }
+                                }
+                            }
+                        },
+                    )
+                    .await?;
+                Ok(())
+            }
+        }
+    }
+
+    /// `tenant`'s denials by rule and subject over the minutes `from..=to`: each rule's
+    /// summaries of those minutes summed, with the sum of their errors.
+    pub async fn top_denied(
+        &self,
+        tenant: &str,
+        from: i64,
+        to: i64,
+    ) -> Result<HashMap<String, Summary>, RedisError> {
+        let mut out: HashMap<String, Summary> = HashMap::new();
+        match self {
+            SeriesStore::Memory { series, .. } => {
+                let s = series.lock().unwrap_or_else(|e| e.into_inner());
+                for (_, tenants) in s.top.range(from..=to) {
+                    for (rule, summary) in tenants.get(tenant).into_iter().flatten() {
+                        out.entry(rule.clone()).or_default().sum(summary);
+                    }
+                }
+            }
+            SeriesStore::Redis(redis) => {
+                let mut pipe = redis::pipe();
+                for minute in from..=to {
+                    pipe.cmd("HGETALL").arg(keys::fleet_top(tenant, minute));
+                }
+                let hashes: Vec<HashMap<String, String>> = redis.pipeline(&pipe).await?;
+                for fields in hashes {
+                    for (rule, summary) in read_top(&fields) {
+                        out.entry(rule).or_default().sum(&summary);
+                    }
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// The seconds `from..=to` that hold anything.

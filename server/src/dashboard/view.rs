@@ -99,6 +99,9 @@ pub struct View {
     pub names: HashMap<String, String>,
     /// A Redis Cluster's slot ranges and their masters (empty without a Cluster).
     pub shard_map: Vec<(u16, u16, String)>,
+    /// Each tenant's most denied subjects of the last 5 minutes, as last read (every 5 s,
+    /// for the tenants with denials in that time).
+    pub denied_subjects: HashMap<String, DeniedSubjects>,
     /// Every (tenant, policy) seen, numbered in order of appearance.
     pub series: Vec<(String, String)>,
     series_ids: HashMap<(String, String), u32>,
@@ -176,12 +179,45 @@ pub struct Frame {
     pub active_total: u64,
     /// The tenants with the most active keys: (id, name, keys).
     pub active_top: Vec<(String, String, u64)>,
+    /// A tenant's most denied subjects of the last 5 minutes (`None` on the fleet's).
+    pub denied_subjects: Option<DeniedSubjects>,
     pub instances: Vec<Beat>,
     /// Over the last 10 seconds: decisions/s allowed and denied, and limiter latency.
     pub recent_rate: (f64, f64),
     pub recent_latency: Option<Latency>,
     /// The Redis nodes whose circuit breaker is open in this instance (fleet scope only).
     pub breakers_open: Vec<String>,
+}
+
+/// A tenant's most denied subjects over the last 5 minutes, from the fleet's summaries
+/// ([`super::top`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DeniedSubjects {
+    /// (rule name, subject or `""` for a tenant-wide bucket, denials), most first.
+    pub rows: Vec<(String, String, u64)>,
+    /// The largest error of the rules shown: no count is more than this below the truth.
+    pub error: u64,
+}
+
+impl DeniedSubjects {
+    /// The [`TOP`] most denied (rule, subject) pairs of a tenant's summaries.
+    pub fn of(summaries: &HashMap<String, super::top::Summary>) -> Self {
+        let mut rows: Vec<(String, String, u64)> = Vec::new();
+        let mut error = 0;
+        for summary in summaries.values() {
+            for (subject, n) in summary.top(TOP) {
+                rows.push((summary.policy.clone(), subject.to_owned(), n));
+            }
+        }
+        rows.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| (&a.0, &a.1).cmp(&(&b.0, &b.1))));
+        rows.truncate(TOP);
+        for summary in summaries.values() {
+            if rows.iter().any(|(policy, _, _)| *policy == summary.policy) {
+                error = error.max(summary.error);
+            }
+        }
+        Self { rows, error }
+    }
 }
 
 /// Rows in the top tables.
@@ -234,11 +270,15 @@ impl View {
             .map(|(_, _, shard)| shard.as_str())
     }
 
-    /// The tenants with decisions in the seconds since `from`.
-    pub fn tenants_since(&self, from: i64) -> Vec<String> {
+    /// The tenants with decisions (or, when `denials`, with denials) in the seconds since
+    /// `from`.
+    pub fn tenants_since(&self, from: i64, denials: bool) -> Vec<String> {
         let mut seen = vec![false; self.series.len()];
         for (_, b) in self.seconds.range(from..) {
-            for (id, _) in &b.decisions {
+            for (id, counts) in &b.decisions {
+                if denials && counts[Outcome::Denied.index()] == 0 {
+                    continue;
+                }
                 if let Some(s) = seen.get_mut(*id as usize) {
                     *s = true;
                 }
@@ -489,6 +529,10 @@ impl View {
                 .collect(),
             active_total,
             active_top,
+            denied_subjects: match scope {
+                Scope::Fleet => None,
+                Scope::Tenant(t) => Some(self.denied_subjects.get(t).cloned().unwrap_or_default()),
+            },
             instances: if fleet {
                 self.instances.clone()
             } else {

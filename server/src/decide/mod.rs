@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use app::rules::model::Decision;
-use app::rules::FailureMode;
+use app::rules::{FailureMode, Scope};
 
 pub use deny_cache::DenyCache;
 pub use error::DecideError;
@@ -142,7 +142,8 @@ impl Decider {
         }
         let checks = plan::rule_checks(&tenant.tenant.id, &rules, input)?;
         let request_id = input.request_id.as_ref().map(|r| r.as_str().to_owned());
-        self.decide_planned(tenant, rules, checks, request_id, mode)
+        let subjects = Subjects::Check(input.subject.as_ref());
+        self.decide_planned(tenant, rules, checks, subjects, request_id, mode)
             .await
     }
 
@@ -157,9 +158,9 @@ impl Decider {
         descriptors: &[Descriptor],
         mode: Mode,
     ) -> Result<(Answer, Vec<Vec<usize>>), DecideError> {
-        let (rules, checks, owners) = plan::descriptor_checks(tenant, descriptors)?;
+        let (rules, checks, owners, subjects) = plan::descriptor_checks(tenant, descriptors)?;
         let answer = self
-            .decide_planned(tenant, rules, checks, None, mode)
+            .decide_planned(tenant, rules, checks, Subjects::Each(&subjects), None, mode)
             .await?;
         Ok((answer, owners))
     }
@@ -170,6 +171,7 @@ impl Decider {
         tenant: &CompiledTenant,
         rules: Vec<Arc<Rule>>,
         checks: Vec<crate::limiter::RuleCheck>,
+        subjects: Subjects<'_>,
         request_id: Option<String>,
         mode: Mode,
     ) -> Result<Answer, DecideError> {
@@ -194,7 +196,7 @@ impl Decider {
         let sent = DenyCache::clock(&request);
         if cacheable {
             if let Some(denial) = tenant.denials.denied(&request, sent) {
-                return Ok(self.denied_here(tenant_id, rules, denial, counted));
+                return Ok(self.denied_here(tenant_id, rules, subjects, denial, counted));
             }
         }
         let started = Instant::now();
@@ -227,7 +229,7 @@ impl Decider {
                 return Err(error.into());
             }
             Err(error) if mode == Mode::DryRun => return Err(error.into()),
-            Err(error) => return self.undecided(&request, &rules, error, counted),
+            Err(error) => return self.undecided(&request, &rules, subjects, error, counted),
         };
         if outcome.decisions.len() != rules.len() {
             if counted {
@@ -259,6 +261,13 @@ impl Decider {
             };
             self.metrics
                 .outcome(tenant_id, &rules[deciding].body.name, counted_as);
+            if !outcome.allowed {
+                self.metrics.denied_subject(
+                    tenant_id,
+                    &rules[deciding],
+                    subjects.of(&rules, deciding),
+                );
+            }
         }
         Ok(Answer::Decided(Decided {
             allowed: outcome.allowed,
@@ -276,6 +285,7 @@ impl Decider {
         &self,
         tenant_id: &str,
         rules: Vec<Arc<Rule>>,
+        subjects: Subjects<'_>,
         denial: deny_cache::CachedDenial,
         counted: bool,
     ) -> Answer {
@@ -283,6 +293,8 @@ impl Decider {
         if counted {
             self.metrics
                 .outcome(tenant_id, &rules[deciding].body.name, Outcome::Denied);
+            self.metrics
+                .denied_subject(tenant_id, &rules[deciding], subjects.of(&rules, deciding));
             self.metrics.cached_denial();
         }
         Answer::Decided(Decided {
@@ -302,6 +314,7 @@ impl Decider {
         &self,
         request: &CheckRequest,
         rules: &[Arc<Rule>],
+        subjects: Subjects<'_>,
         error: LimiterError,
         counted: bool,
     ) -> Result<Answer, DecideError> {
@@ -343,7 +356,7 @@ impl Decider {
             .any(|r| r.body.failure_mode == FailureMode::Local)
         {
             tracing::debug!(error = %error, "limiter unavailable; deciding locally");
-            return self.decide_locally(request, rules, counted);
+            return self.decide_locally(request, rules, subjects, counted);
         }
         if counted {
             for rule in &enforced {
@@ -373,6 +386,7 @@ impl Decider {
         &self,
         request: &CheckRequest,
         rules: &[Arc<Rule>],
+        subjects: Subjects<'_>,
         counted: bool,
     ) -> Result<Answer, DecideError> {
         let share = u64::try_from(self.live.get()).unwrap_or(u64::MAX);
@@ -397,6 +411,7 @@ impl Decider {
             // quota like those in the shared store.
             max_live_keys: request.max_live_keys,
         };
+        let all = rules;
         let rules: Vec<Arc<Rule>> = picked.iter().map(|&i| rules[i].clone()).collect();
         let outcome = match self.fallback.check(&local) {
             Ok(outcome) => outcome,
@@ -417,6 +432,13 @@ impl Decider {
             };
             self.metrics
                 .outcome(&request.tenant, &rules[deciding].body.name, counted_as);
+            if !outcome.allowed {
+                self.metrics.denied_subject(
+                    &request.tenant,
+                    &rules[deciding],
+                    subjects.of(all, picked[deciding]),
+                );
+            }
             self.metrics.local_decision();
         }
         Ok(Answer::Decided(Decided {
@@ -427,6 +449,28 @@ impl Decider {
             now_ms: outcome.now_ms,
             local: true,
         }))
+    }
+}
+
+/// Whose bucket each rule of a decision counts, for the most denied subjects.
+#[derive(Debug, Clone, Copy)]
+enum Subjects<'a> {
+    /// A check's subject, for each of its per-subject rules.
+    Check(Option<&'a Subject>),
+    /// Descriptors': one per rule, in the rules' order (`None`: a tenant-wide bucket).
+    Each(&'a [Option<String>]),
+}
+
+impl Subjects<'_> {
+    /// The subject of `rules[i]`'s bucket; `""` for a tenant-wide bucket.
+    fn of(&self, rules: &[Arc<Rule>], i: usize) -> &str {
+        match self {
+            Subjects::Check(Some(subject)) if rules[i].body.scope == Scope::Subject => {
+                subject.as_str()
+            }
+            Subjects::Check(_) => "",
+            Subjects::Each(all) => all.get(i).and_then(Option::as_deref).unwrap_or(""),
+        }
     }
 }
 

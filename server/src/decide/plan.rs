@@ -52,8 +52,14 @@ fn rule_check(tenant_id: &str, rule: &Rule, subject: Option<&str>, cost: u64) ->
     }
 }
 
-/// Rules matched, their checks, and for each descriptor the indices of its rules.
-pub type DescriptorPlan = (Vec<Arc<Rule>>, Vec<RuleCheck>, Vec<Vec<usize>>);
+/// Rules matched, their checks, for each descriptor the indices of its rules, and each rule's
+/// subject (`None`: its tenant-wide bucket).
+pub type DescriptorPlan = (
+    Vec<Arc<Rule>>,
+    Vec<RuleCheck>,
+    Vec<Vec<usize>>,
+    Vec<Option<String>>,
+);
 
 /// The plan of Envoy descriptors: each descriptor's rules, one check per distinct bucket (two
 /// descriptors naming the same bucket are charged once, with the sum of their costs), and
@@ -65,6 +71,7 @@ pub fn descriptor_checks(
 ) -> Result<DescriptorPlan, InputError> {
     let tenant_id = tenant.tenant.id.as_str();
     let (mut rules, mut checks, mut owners) = (Vec::new(), Vec::<RuleCheck>::new(), Vec::new());
+    let mut subjects = Vec::new();
     for descriptor in descriptors {
         let entries: Vec<(&str, &str)> = descriptor
             .entries
@@ -102,6 +109,7 @@ pub fn descriptor_checks(
                 None => {
                     checks.push(check);
                     rules.push(rule);
+                    subjects.push(subject.clone());
                     checks.len() - 1
                 }
             };
@@ -120,7 +128,7 @@ pub fn descriptor_checks(
             ),
         });
     }
-    Ok((rules, checks, owners))
+    Ok((rules, checks, owners, subjects))
 }
 
 /// A rule that allows it, decided under the limit a descriptor sets: the rule with that

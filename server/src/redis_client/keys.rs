@@ -176,6 +176,12 @@ pub fn fleet_minute(minute: i64) -> String {
     format!("sld:{{fleet}}:m:{minute}")
 }
 
+/// One tenant's denials by rule and subject in one minute (Unix minutes), a summary kept
+/// within its capacity by `lua/top_denied.lua`: `sld:{fleet}:top:<tenant>:<minute>`.
+pub fn fleet_top(tenant: &str, minute: i64) -> String {
+    format!("sld:{{fleet}}:top:{tenant}:{minute}")
+}
+
 /// The sorted set of instances by last heartbeat.
 pub const ALIVE: &str = "sld:{fleet}:alive";
 

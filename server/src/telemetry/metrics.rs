@@ -390,6 +390,13 @@ impl Metrics {
         self.local_decisions.inc();
     }
 
+    /// Counts one denial of `subject` (`""`: a tenant-wide bucket) by `tenant`'s `rule`, for
+    /// the dashboards' most denied subjects only: never a metric label.
+    pub fn denied_subject(&self, tenant: &str, rule: &crate::store::rules::Rule, subject: &str) {
+        self.live
+            .denied_subject(tenant, &rule.id, &rule.body.name, subject);
+    }
+
     /// Counts one check denied from the deny cache.
     pub fn cached_denial(&self) {
         self.cached_denials.inc();

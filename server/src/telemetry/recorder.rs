@@ -140,6 +140,8 @@ pub struct Snapshot {
     pub decision: Histogram,
     /// (cache, result) → lookups.
     pub cache: HashMap<(&'static str, &'static str), u64>,
+    /// tenant → rule id → its denials by subject, in bounded memory.
+    pub denied: crate::dashboard::top::ByTenant,
 }
 
 /// The current second's observations of this instance.
@@ -168,6 +170,22 @@ impl Recorder {
             None => policies.entry(policy.to_owned()).or_default(),
         };
         counts[outcome.index()] += 1;
+    }
+
+    /// Counts one denial of `subject` (`""`: a tenant-wide bucket) by `tenant`'s rule `rule`
+    /// (named `policy`), for the most denied subjects. Allocates only for a tenant, rule or
+    /// subject not yet seen this second.
+    pub fn denied_subject(&self, tenant: &str, rule: &str, policy: &str, subject: &str) {
+        let mut current = self.lock();
+        let rules = match current.denied.get_mut(tenant) {
+            Some(r) => r,
+            None => current.denied.entry(tenant.to_owned()).or_default(),
+        };
+        let summary = match rules.get_mut(rule) {
+            Some(s) => s,
+            None => rules.entry(rule.to_owned()).or_default(),
+        };
+        summary.add(policy, subject);
     }
 
     /// Times one limiter call; `slot` is the Cluster slot of its keys.
@@ -228,7 +246,14 @@ mod tests {
         r.decision("t2", "", Outcome::Allowed);
         r.limiter(Some(7), Duration::from_micros(300));
         r.cache("key", "hit");
+        r.denied_subject("t1", "rule-1", "p", "alice");
+        r.denied_subject("t1", "rule-1", "p", "alice");
+        r.denied_subject("t1", "rule-1", "p", "");
         let first = r.take();
+        assert_eq!(
+            first.denied["t1"]["rule-1"].top(5),
+            vec![("alice", 2), ("", 1)]
+        );
         assert_eq!(first.decisions["t1"]["p"], [2, 1, 0, 0, 0, 0]);
         assert_eq!(first.decisions["t2"][""], [1, 0, 0, 0, 0, 0]);
         assert_eq!(first.limiter[&Some(7)].count(), 1);

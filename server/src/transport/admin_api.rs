@@ -22,6 +22,7 @@ use super::state::AppState;
 use crate::admin::keys::{KeyBody, RotateBody};
 use crate::admin::quotas::QuotasBody;
 use crate::admin::rule_files::{read_rules_file, write_rules_file, FileFormat, RuleSet};
+use crate::admin::top_denied::{TopRange, DEFAULT_SUBJECTS, MAX_SUBJECTS};
 use crate::admin::Actor;
 
 /// The admin routes.
@@ -74,6 +75,7 @@ pub fn routes() -> Router<AppState> {
         )
         .route("/v1/admin/tenants/{tenant}/simulate", post(simulate))
         .route("/v1/admin/tenants/{tenant}/audit", get(tenant_audit))
+        .route("/v1/admin/tenants/{tenant}/top-denied", get(top_denied))
         .route("/v1/admin/audit", get(platform_audit))
         .route(
             "/v1/admin/tenants/{tenant}/users",
@@ -229,6 +231,42 @@ async fn delete_rule(
 ) -> Result<impl IntoResponse, ApiError> {
     state.admin.delete_rule(&actor, &tenant, &id).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TopDeniedQuery {
+    #[serde(default)]
+    range: TopRange,
+    limit: Option<usize>,
+}
+
+/// The tenant's most denied subjects by rule over `?range=5m` (the default) or `1h`, at most
+/// `?limit=` (1 to 100, 10 by default) a rule.
+async fn top_denied(
+    State(state): State<AppState>,
+    Acting(actor): Acting,
+    Path(tenant): Path<String>,
+    query: Result<Query<TopDeniedQuery>, QueryRejection>,
+) -> Result<impl IntoResponse, ApiError> {
+    let Query(query) = query.map_err(|e| {
+        ApiError::BadRequest(format!(
+            "{}; `range` is 5m or 1h and `limit` a whole number from 1 to {MAX_SUBJECTS}",
+            e.body_text()
+        ))
+    })?;
+    let limit = query.limit.unwrap_or(DEFAULT_SUBJECTS);
+    if !(1..=MAX_SUBJECTS).contains(&limit) {
+        return Err(ApiError::BadRequest(format!(
+            "`limit` is a whole number from 1 to {MAX_SUBJECTS}, not {limit}"
+        )));
+    }
+    Ok(Json(
+        state
+            .admin
+            .top_denied(&actor, &tenant, query.range, limit, &state.dashboard)
+            .await?,
+    ))
 }
 
 #[derive(Debug, Deserialize)]

@@ -287,10 +287,31 @@ pub fn document() -> Value {
             "schemas": schemas()
         }
     });
-    if let (Some(paths), Value::Object(users)) = (document["paths"].as_object_mut(), user_paths()) {
-        paths.extend(users);
+    for more in [user_paths(), dashboard_paths()] {
+        if let (Some(paths), Value::Object(more)) = (document["paths"].as_object_mut(), more) {
+            paths.extend(more);
+        }
     }
     document
+}
+
+/// What the dashboards answer over the API: kept apart from [`document`]'s one `json!`, for
+/// the macro's recursion limit.
+fn dashboard_paths() -> Value {
+    json!({
+            "/v1/admin/tenants/{tenant}/top-denied": {
+                "parameters": [tenant_param()],
+                "get": {
+                    "operationId": "topDenied", "tags": ["dashboards"],
+                    "summary": "The tenant's most denied subjects, rule by rule, over the minute now running and the 4 (range=5m) or 59 (range=1h) before it, summed over every instance. Each count is at most the rule's `error` below the true count, never above it; `error` is under 1% of the rule's denials.",
+                    "parameters": [
+                        { "name": "range", "in": "query", "required": false, "schema": { "type": "string", "enum": ["5m", "1h"], "default": "5m" } },
+                        { "name": "limit", "in": "query", "required": false, "schema": { "type": "integer", "minimum": 1, "maximum": crate::admin::top_denied::MAX_SUBJECTS, "default": crate::admin::top_denied::DEFAULT_SUBJECTS }, "description": "Subjects answered per rule." }
+                    ],
+                    "responses": admin_errors(json!({ "200": ok("The rules that denied anything in the range, most denials first.", schema("TopDenied")), "400": problem("A malformed range or limit."), "503": problem("The store of the dashboards' series (Redis) is unavailable. Retry.") }), false)
+                }
+            }
+    })
 }
 
 /// The console users' paths (operators only): kept apart from [`document`]'s one `json!`,
@@ -590,6 +611,31 @@ fn subject_schemas() -> Value {
                 "id": { "type": "string" }, "rule_id": { "type": "string" }, "subject": { "type": "string" },
                 "limit": { "type": "integer" }, "period_ms": { "type": ["integer", "null"] }, "burst": { "type": ["integer", "null"] },
                 "created_at": millis
+            }
+        },
+        "TopDenied": {
+            "type": "object", "required": ["tenant", "range", "since_ms", "rules"],
+            "properties": {
+                "tenant": { "type": "string" },
+                "range": { "type": "string", "enum": ["5m", "1h"] },
+                "since_ms": { "type": "integer", "description": "The start of the first minute counted (Unix ms)." },
+                "rules": { "type": "array", "items": {
+                    "type": "object", "required": ["rule_id", "policy", "exists", "denied", "error", "subjects"],
+                    "properties": {
+                        "rule_id": { "type": "string" },
+                        "policy": { "type": "string", "description": "The rule's name (as last counted, if it no longer exists)." },
+                        "exists": { "type": "boolean" },
+                        "denied": { "type": "integer", "description": "Every denial of the rule in the range." },
+                        "error": { "type": "integer", "description": "How far below its true count any subject's count may be." },
+                        "subjects": { "type": "array", "items": {
+                            "type": "object", "required": ["subject", "denied"],
+                            "properties": {
+                                "subject": { "type": ["string", "null"], "description": "Null for the rule's one tenant-wide bucket." },
+                                "denied": { "type": "integer" }
+                            }
+                        } }
+                    }
+                } }
             }
         },
         "ResetRequest": {

@@ -29,3 +29,4 @@ mod redis_failure;
 mod reset;
 mod rule_files;
 mod store;
+mod top_denied;

@@ -133,6 +133,8 @@ const EXPECTED: &[(&str, &str, u16)] = &[
     ("get", "/v1/admin/audit", 200),
     ("get", "/v1/admin/audit", 200),
     ("get", "/v1/admin/tenants/{tenant}/audit", 400),
+    ("get", "/v1/admin/tenants/{tenant}/top-denied", 200),
+    ("get", "/v1/admin/tenants/{tenant}/top-denied", 400),
     ("post", "/v1/admin/tenants/{tenant}/simulate", 200),
     ("post", "/v1/admin/tenants/{tenant}/simulate", 400),
     ("delete", "/v1/admin/tenants/{tenant}/rules/{id}", 204),
@@ -587,6 +589,25 @@ async fn every_documented_operation_is_exercised_and_answers_a_documented_status
         None,
     )
     .await; // 400
+    let top = "/v1/admin/tenants/{tenant}/top-denied";
+    let (_, denied) = w
+        .call(
+            "GET",
+            top,
+            &format!("/v1/admin/tenants/{t}/top-denied?range=1h&limit=5"),
+            Some(&admin),
+            None,
+        )
+        .await;
+    assert_eq!(denied["range"], "1h", "{denied}");
+    w.call(
+        "GET",
+        top,
+        &format!("/v1/admin/tenants/{t}/top-denied?range=7d"),
+        Some(&admin),
+        None,
+    )
+    .await; // 400
     let simulate = "/v1/admin/tenants/{tenant}/simulate";
     let simulate_path = format!("/v1/admin/tenants/{t}/simulate");
     w.call(
@@ -850,7 +871,7 @@ async fn every_documented_operation_is_exercised_and_answers_a_documented_status
             );
         }
     }
-    assert_eq!(operations, 39);
+    assert_eq!(operations, 40);
     // ... and every answer is documented for its operation.
     for (method, template, status) in &w.calls {
         let responses = &paths[template.as_str()][method.as_str()]["responses"];
