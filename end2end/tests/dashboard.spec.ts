@@ -156,3 +156,60 @@ test('the fleet and tenant dashboards update live while traffic flows', async ({
   expect(load.seen.other, 'every check was answered 200 or 429').toBe(0);
   expect(load.seen.denied).toBeGreaterThan(0);
 });
+
+test("a tenant admin sees the tenant's most denied subjects and resets one's bucket from the dashboard", async ({
+  page, browserErrors, saveScreenshot, request,
+}) => {
+  void browserErrors;
+  await signIn(page, OPERATOR, OPERATOR_PASSWORD);
+  const tenant = JSON.parse(await serverFn(page, 'tenants/create', { name: unique('denied') })).id as string;
+  const email = `${unique('denied-admin')}@example.com`;
+  await serverFn(page, 'tenants/add_admin', { tenant, email, password: ADMIN_PASSWORD });
+  await serverFn(page, 'rules/save', {
+    tenant, id: null,
+    body: { name: 'per-user', match: 'default', scope: 'subject', algorithm: 'gcra', limit: 1, period_ms: 3_600_000 },
+  });
+  const key = `sl_chk_${randomBytes(32).toString('hex')}`;
+  await serverFn(page, 'keys/create', {
+    tenant, kind: 'check', name: 'load',
+    hash: createHash('sha256').update(key).digest('hex'), prefix: key.slice(0, 12),
+  });
+  const check = async (subject: string) => (await request.post('/v1/check', {
+    headers: { 'X-API-Key': key },
+    data: { route: 'GET /x', subject },
+  })).status();
+  // noisy: one admitted, then five denials; quiet: one admitted, one denied.
+  const statuses: number[] = [];
+  for (let i = 0; i < 6; i += 1) statuses.push(await check('noisy'));
+  for (let i = 0; i < 2; i += 1) statuses.push(await check('quiet'));
+  expect(statuses).toEqual([200, 429, 429, 429, 429, 429, 200, 429]);
+
+  await page.goto('/account');
+  await waitForHydration(page);
+  await page.getByTestId('sign-out').click();
+  await expect(page).toHaveURL(/\/sign-in$/);
+  await signIn(page, email, ADMIN_PASSWORD);
+  await page.goto(`/tenants/${tenant}/dashboard`);
+  await waitForHydration(page);
+  // The live frame's table, read every 5 s from the fleet's summaries.
+  const live = page.getByTestId('denied-subjects');
+  await expect(live.locator('tbody tr').first()).toContainText('noisy', { timeout: 15_000 });
+  await expect(live.locator('tbody tr').first()).toContainText('5');
+  await expect(live.locator('tbody tr').nth(1)).toContainText('quiet');
+
+  // The list to reset from, read on request; a reset asks first.
+  await page.getByTestId('load-denied').click();
+  const rows = page.getByTestId('reset-denied').locator('tbody tr');
+  await expect(rows).toHaveCount(2);
+  await expect(rows.first()).toContainText('per-user');
+  await expect(rows.first()).toContainText('noisy');
+  await rows.first().getByTestId('reset-denied-0').click();
+  await expect(page.getByText("Clear noisy's bucket of per-user on every instance?")).toBeVisible();
+  await saveScreenshot('dashboard-reset-denied');
+  await page.getByTestId('reset-denied-0-confirm').click();
+  await expect(page.getByTestId('reset-denied-outcome'))
+    .toContainText('The bucket of subject noisy under per-user is cleared.');
+  // noisy's next check is admitted again; quiet is still denied.
+  expect(await check('noisy')).toBe(200);
+  expect(await check('quiet')).toBe(429);
+});

@@ -68,6 +68,33 @@ impl Range {
 pub trait DashboardPort: Send + Sync + 'static {
     /// The dashboard of the fleet (`None`, operators) or of a tenant, as HTML.
     async fn dashboard(&self, tenant: Option<&str>, range: Range) -> Result<String, AppError>;
+
+    /// The tenant's most denied subjects of the last 5 minutes, over all its rules.
+    async fn denied_subjects(&self, tenant: &str) -> Result<Vec<DeniedSubject>, AppError>;
+}
+
+/// One of a tenant's most denied subjects, by one of its rules.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeniedSubject {
+    pub rule_id: String,
+    pub policy: String,
+    /// `None`: the rule's one tenant-wide bucket.
+    pub subject: Option<String>,
+    /// Denials in the last 5 minutes: at most `error` below the true count, never above.
+    pub denied: u64,
+    pub error: u64,
+}
+
+/// How many of the most denied subjects the console lists.
+pub const DENIED_SUBJECTS_SHOWN: usize = 10;
+
+/// The tenant's most denied subjects of the last 5 minutes (at most
+/// [`DENIED_SUBJECTS_SHOWN`]), most first, over every rule that still exists.
+#[server(prefix = "/api", endpoint = "denied_subjects", input = Json)]
+pub async fn denied_subjects(tenant: String) -> Result<Vec<DeniedSubject>, AppError> {
+    crate::context::port::<dyn DashboardPort>()?
+        .denied_subjects(&tenant)
+        .await
 }
 
 /// The dashboard of the fleet (`tenant` = `None`, operators) or of one tenant, as HTML: the

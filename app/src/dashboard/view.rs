@@ -3,9 +3,10 @@
 
 use leptos::prelude::*;
 
-use super::{dashboard_frame, Range};
+use super::{dashboard_frame, DeniedSubjects, Range};
+use crate::simulate::{ResetBucket, ResetInput};
 use crate::tenants::view::TenantTabs;
-use crate::ui::{use_tenant, ErrorNote};
+use crate::ui::{use_tenant, ConfirmButton, ErrorNote};
 
 /// The operator's view of the whole fleet.
 #[component]
@@ -26,6 +27,97 @@ pub fn TenantDashboardPage() -> impl IntoView {
     view! {
         <TenantTabs tenant=tenant current="dashboard"/>
         <Dashboard tenant=Signal::derive(move || Some(tenant.get()))/>
+        <ResetDenied tenant=tenant/>
+    }
+}
+
+/// Clearing the bucket of one of the tenant's most denied subjects. The list is read when
+/// asked for, not pushed every second like the frame above it, so that a button never moves
+/// or loses the focus while it is being used.
+#[component]
+fn ResetDenied(tenant: Memo<String>) -> impl IntoView {
+    let load = ServerAction::<DeniedSubjects>::new();
+    let reset = ServerAction::<ResetBucket>::new();
+    let read = move || {
+        load.dispatch(DeniedSubjects {
+            tenant: tenant.get_untracked(),
+        });
+    };
+    // A reset answered: read the list again (the subject's count stays, its bucket is full).
+    Effect::new(move |_| {
+        if let Some(Ok(_)) = reset.value().get() {
+            read();
+        }
+    });
+    view! {
+        <section class="card" aria-labelledby="reset-denied-title">
+            <h2 id="reset-denied-title">"Reset a denied subject"</h2>
+            <p class="muted">
+                "Clears one bucket of the most denied subjects of the last 5 minutes on every instance: its next check starts full. The counts of denials stay."
+            </p>
+            <button type="button" class="secondary" data-testid="load-denied"
+                disabled=move || load.pending().get() on:click=move |_| read()>
+                "Show the most denied subjects"
+            </button>
+            <div role="status" data-testid="reset-denied-outcome">
+                {move || reset.value().get().map(|r| match r {
+                    Ok(done) => {
+                        let whose = done.subject.map_or_else(
+                            || "the whole tenant".to_owned(),
+                            |s| format!("subject {s}"),
+                        );
+                        let what = if done.cleared { "cleared" } else { "already empty" };
+                        view! { <p class="ok">{format!("The bucket of {whose} under {} is {what}.", done.policy)}</p> }.into_any()
+                    }
+                    Err(e) => view! { <ErrorNote error=e/> }.into_any(),
+                })}
+            </div>
+            {move || load.value().get().map(|r| match r {
+                Ok(rows) if rows.is_empty() => view! {
+                    <p class="muted" data-testid="no-denied">"No denials in the last 5 minutes."</p>
+                }.into_any(),
+                Ok(rows) => view! {
+                    <table data-testid="reset-denied">
+                        <thead><tr><th>"Policy"</th><th>"Subject"</th><th class="num">"Denied"</th><th>"Bucket"</th></tr></thead>
+                        <tbody>
+                            {rows.into_iter().enumerate().map(|(i, row)| {
+                                let whose = row.subject.clone().map_or_else(
+                                    || "the whole tenant's".to_owned(),
+                                    |s| format!("{s}'s"),
+                                );
+                                let question = format!("Clear {whose} bucket of {} on every instance?", row.policy);
+                                let (rule_id, subject) = (row.rule_id.clone(), row.subject.clone());
+                                let on_confirm = Callback::new(move |()| {
+                                    reset.dispatch(ResetBucket {
+                                        tenant: tenant.get_untracked(),
+                                        rule_id: rule_id.clone(),
+                                        input: ResetInput { subject: subject.clone() },
+                                    });
+                                });
+                                let counted = if row.error == 0 {
+                                    row.denied.to_string()
+                                } else {
+                                    format!("{} to {}", row.denied, row.denied + row.error)
+                                };
+                                view! {
+                                    <tr>
+                                        <td>{row.policy.clone()}</td>
+                                        <td>{row.subject.clone().map_or_else(
+                                            || view! { <span class="muted">"(the tenant-wide bucket)"</span> }.into_any(),
+                                            |s| view! { <code>{s}</code> }.into_any(),
+                                        )}</td>
+                                        <td class="num">{counted}</td>
+                                        <td><ConfirmButton label="Reset".to_owned() question=question
+                                            on_confirm=on_confirm testid=format!("reset-denied-{i}")/></td>
+                                    </tr>
+                                }
+                            }).collect_view()}
+                        </tbody>
+                    </table>
+                }.into_any(),
+                Err(e) => view! { <ErrorNote error=e/> }.into_any(),
+            })}
+        </section>
     }
 }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use app::audit::{AuditEntry, AuditFilter, AuditPort};
 use app::auth::{AuthPort, PasswordReset, Role, SessionInfo, SignedInUser, UserInfo};
-use app::dashboard::{DashboardPort, Range};
+use app::dashboard::{DashboardPort, DeniedSubject, Range, DENIED_SUBJECTS_SHOWN};
 use app::keys::{sha256_hex, KeyInfo, KeyKind, KeysPort};
 use app::rules::{
     Algorithm, FailureMode, ImportPreview, MatchKind, OverrideBody, OverrideInfo, RouteRules,
@@ -25,6 +25,7 @@ use super::client_ip::ClientIp;
 use super::readiness;
 use crate::admin::keys::{KeyBody, RotateBody};
 use crate::admin::rule_files::{read_rules_file, write_rules_file, FileFormat, RuleSet};
+use crate::admin::top_denied::TopRange;
 use crate::admin::users::SignIn;
 use crate::admin::{Actor, AdminService, ServiceError};
 use crate::dashboard::view::Scope as DashboardScope;
@@ -822,6 +823,42 @@ impl DashboardPort for ConsoleService {
     async fn dashboard(&self, tenant: Option<&str>, range: Range) -> Result<String, AppError> {
         let scope = dashboard_scope(&self.db, &self.admin, &session()?, tenant).await?;
         Ok(self.dashboard.html(&scope, range).to_string())
+    }
+
+    async fn denied_subjects(&self, tenant: &str) -> Result<Vec<DeniedSubject>, AppError> {
+        let actor = self.actor().await?;
+        let top = self
+            .admin
+            .top_denied(
+                &actor,
+                tenant,
+                TopRange::FiveMinutes,
+                DENIED_SUBJECTS_SHOWN,
+                &self.dashboard,
+            )
+            .await
+            .map_err(service_error)?;
+        let mut rows: Vec<DeniedSubject> = top
+            .rules
+            .into_iter()
+            .filter(|rule| rule.exists)
+            .flat_map(|rule| {
+                rule.subjects.into_iter().map(move |s| DeniedSubject {
+                    rule_id: rule.rule_id.clone(),
+                    policy: rule.policy.clone(),
+                    subject: s.subject,
+                    denied: s.denied,
+                    error: rule.error,
+                })
+            })
+            .collect();
+        rows.sort_by(|a, b| {
+            b.denied
+                .cmp(&a.denied)
+                .then_with(|| (&a.policy, &a.subject).cmp(&(&b.policy, &b.subject)))
+        });
+        rows.truncate(DENIED_SUBJECTS_SHOWN);
+        Ok(rows)
     }
 }
 
