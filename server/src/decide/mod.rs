@@ -254,19 +254,12 @@ impl Decider {
                         .outcome(tenant_id, &rule.body.name, Outcome::ShadowWouldDeny);
                 }
             }
-            let counted_as = if outcome.allowed {
-                Outcome::Allowed
+            if outcome.allowed {
+                self.metrics
+                    .outcome(tenant_id, &rules[deciding].body.name, Outcome::Allowed);
             } else {
-                Outcome::Denied
-            };
-            self.metrics
-                .outcome(tenant_id, &rules[deciding].body.name, counted_as);
-            if !outcome.allowed {
-                self.metrics.denied_subject(
-                    tenant_id,
-                    &rules[deciding],
-                    subjects.of(&rules, deciding),
-                );
+                self.metrics
+                    .denied(tenant_id, &rules[deciding], subjects.of(&rules, deciding));
             }
         }
         Ok(Answer::Decided(Decided {
@@ -292,9 +285,7 @@ impl Decider {
         let deciding = plan::deciding_rule(&rules, &denial.decisions, false);
         if counted {
             self.metrics
-                .outcome(tenant_id, &rules[deciding].body.name, Outcome::Denied);
-            self.metrics
-                .denied_subject(tenant_id, &rules[deciding], subjects.of(&rules, deciding));
+                .denied(tenant_id, &rules[deciding], subjects.of(&rules, deciding));
             self.metrics.cached_denial();
         }
         Answer::Decided(Decided {
@@ -425,15 +416,14 @@ impl Decider {
         };
         let deciding = plan::deciding_rule(&rules, &outcome.decisions, outcome.allowed);
         if counted {
-            let counted_as = if outcome.allowed {
-                Outcome::Allowed
+            if outcome.allowed {
+                self.metrics.outcome(
+                    &request.tenant,
+                    &rules[deciding].body.name,
+                    Outcome::Allowed,
+                );
             } else {
-                Outcome::Denied
-            };
-            self.metrics
-                .outcome(&request.tenant, &rules[deciding].body.name, counted_as);
-            if !outcome.allowed {
-                self.metrics.denied_subject(
+                self.metrics.denied(
                     &request.tenant,
                     &rules[deciding],
                     subjects.of(all, picked[deciding]),

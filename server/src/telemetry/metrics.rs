@@ -297,6 +297,19 @@ impl Metrics {
     /// `/metrics` (by policy) and in the dashboards' current second (by tenant and policy).
     pub fn outcome(&self, tenant: &str, policy: &str, outcome: Outcome) {
         self.live.decision(tenant, policy, outcome);
+        self.count(policy, outcome);
+    }
+
+    /// Counts one check denied by `tenant`'s `rule`, as [`Metrics::outcome`] does, and the
+    /// denial of `subject` (`""`: a tenant-wide bucket) for the dashboards' most denied
+    /// subjects, under the recorder's lock once. Subjects are never metric labels.
+    pub fn denied(&self, tenant: &str, rule: &crate::store::rules::Rule, subject: &str) {
+        self.live.denial(tenant, &rule.id, &rule.body.name, subject);
+        self.count(&rule.body.name, Outcome::Denied);
+    }
+
+    /// Counts `outcome` of `policy` on `/metrics`.
+    fn count(&self, policy: &str, outcome: Outcome) {
         if policy.is_empty() {
             if outcome == Outcome::Allowed {
                 self.decisions.with_label_values(&["", "no_rule"]).inc();
@@ -388,13 +401,6 @@ impl Metrics {
     /// Counts one check decided in process by `local` rules.
     pub fn local_decision(&self) {
         self.local_decisions.inc();
-    }
-
-    /// Counts one denial of `subject` (`""`: a tenant-wide bucket) by `tenant`'s `rule`, for
-    /// the dashboards' most denied subjects only: never a metric label.
-    pub fn denied_subject(&self, tenant: &str, rule: &crate::store::rules::Rule, subject: &str) {
-        self.live
-            .denied_subject(tenant, &rule.id, &rule.body.name, subject);
     }
 
     /// Counts one check denied from the deny cache.

@@ -144,6 +144,20 @@ pub struct Snapshot {
     pub denied: crate::dashboard::top::ByTenant,
 }
 
+/// Counts `outcome` for `tenant`'s `policy` in `current`; allocates only for a tenant or
+/// policy not yet seen this second.
+fn count(current: &mut Snapshot, tenant: &str, policy: &str, outcome: Outcome) {
+    let policies = match current.decisions.get_mut(tenant) {
+        Some(p) => p,
+        None => current.decisions.entry(tenant.to_owned()).or_default(),
+    };
+    let counts = match policies.get_mut(policy) {
+        Some(c) => c,
+        None => policies.entry(policy.to_owned()).or_default(),
+    };
+    counts[outcome.index()] += 1;
+}
+
 /// The current second's observations of this instance.
 #[derive(Debug, Default)]
 pub struct Recorder {
@@ -160,23 +174,15 @@ impl Recorder {
 
     /// Counts one outcome for `tenant`'s `policy`.
     pub fn decision(&self, tenant: &str, policy: &str, outcome: Outcome) {
-        let mut current = self.lock();
-        let policies = match current.decisions.get_mut(tenant) {
-            Some(p) => p,
-            None => current.decisions.entry(tenant.to_owned()).or_default(),
-        };
-        let counts = match policies.get_mut(policy) {
-            Some(c) => c,
-            None => policies.entry(policy.to_owned()).or_default(),
-        };
-        counts[outcome.index()] += 1;
+        count(&mut self.lock(), tenant, policy, outcome);
     }
 
-    /// Counts one denial of `subject` (`""`: a tenant-wide bucket) by `tenant`'s rule `rule`
-    /// (named `policy`), for the most denied subjects. Allocates only for a tenant, rule or
-    /// subject not yet seen this second.
-    pub fn denied_subject(&self, tenant: &str, rule: &str, policy: &str, subject: &str) {
+    /// Counts one denial by `tenant`'s rule `rule` (named `policy`): as a decision of the
+    /// policy, and as a denial of `subject` (`""`: a tenant-wide bucket) for the most denied
+    /// subjects. Allocates only for a tenant, rule or subject not yet seen this second.
+    pub fn denial(&self, tenant: &str, rule: &str, policy: &str, subject: &str) {
         let mut current = self.lock();
+        count(&mut current, tenant, policy, Outcome::Denied);
         let rules = match current.denied.get_mut(tenant) {
             Some(r) => r,
             None => current.denied.entry(tenant.to_owned()).or_default(),
@@ -246,15 +252,15 @@ mod tests {
         r.decision("t2", "", Outcome::Allowed);
         r.limiter(Some(7), Duration::from_micros(300));
         r.cache("key", "hit");
-        r.denied_subject("t1", "rule-1", "p", "alice");
-        r.denied_subject("t1", "rule-1", "p", "alice");
-        r.denied_subject("t1", "rule-1", "p", "");
+        r.denial("t1", "rule-1", "p", "alice");
+        r.denial("t1", "rule-1", "p", "alice");
+        r.denial("t1", "rule-1", "p", "");
         let first = r.take();
         assert_eq!(
             first.denied["t1"]["rule-1"].top(5),
             vec![("alice", 2), ("", 1)]
         );
-        assert_eq!(first.decisions["t1"]["p"], [2, 1, 0, 0, 0, 0]);
+        assert_eq!(first.decisions["t1"]["p"], [2, 4, 0, 0, 0, 0]);
         assert_eq!(first.decisions["t2"][""], [1, 0, 0, 0, 0, 0]);
         assert_eq!(first.limiter[&Some(7)].count(), 1);
         assert_eq!(first.cache[&("key", "hit")], 1);
