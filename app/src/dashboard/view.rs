@@ -49,6 +49,15 @@ fn ResetDenied(tenant: Memo<String>) -> impl IntoView {
             read();
         }
     });
+    // Another tenant on the same page: nothing of the last one's stays on screen.
+    Effect::new(move |previous: Option<String>| {
+        let now = tenant.get();
+        if previous.is_some_and(|p| p != now) {
+            load.value().set(None);
+            reset.value().set(None);
+        }
+        now
+    });
     view! {
         <section class="card" aria-labelledby="reset-denied-title">
             <h2 id="reset-denied-title">"Reset a denied subject"</h2>

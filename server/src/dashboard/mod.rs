@@ -46,8 +46,8 @@ const REREAD: i64 = 4;
 /// without a name shows up.
 const SLOW_EVERY: i64 = 5;
 
-/// A second not yet written: the second, its fields, its denials by subject.
-type Unwritten = (i64, Vec<(String, i64)>, top::ByTenant);
+/// How long (seconds) a tenant's dashboard counts as watched after its last frame.
+const WATCHED_FOR: i64 = 10;
 
 /// The last HTML of each dashboard: (scope, range) → (its last second, the HTML).
 type Rendered = HashMap<(Scope, app::dashboard::Range), (i64, Arc<str>)>;
@@ -96,6 +96,9 @@ struct Inner {
     rendered: Mutex<Rendered>,
     /// The instances alive, for the decision core's `local` failure mode.
     live: LiveInstances,
+    /// Tenant → the last second its dashboard was shown: only watched tenants' most denied
+    /// subjects are read.
+    watched: Mutex<HashMap<String, i64>>,
     /// The limiter's Redis client, whose breakers the fleet dashboard shows.
     limiter_redis: Option<RedisClient>,
     id: String,
@@ -139,6 +142,7 @@ impl Dashboard {
                 stop: watch::channel(false).0,
                 rendered: Mutex::default(),
                 live,
+                watched: Mutex::default(),
                 limiter_redis: limiter.redis().cloned(),
                 id,
                 mode: mode.to_owned(),
@@ -175,6 +179,13 @@ impl Dashboard {
     /// The frame of `scope` over `range`, from the view as last read.
     pub fn frame(&self, scope: &Scope, range: app::dashboard::Range) -> Frame {
         let mut frame = self.view().frame(scope, range);
+        if let Scope::Tenant(tenant) = scope {
+            self.inner
+                .watched
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(tenant.clone(), frame.latest);
+        }
         if *scope == Scope::Fleet {
             if let Some(redis) = &self.inner.limiter_redis {
                 frame.breakers_open = redis.open_breakers();
@@ -250,7 +261,10 @@ impl Dashboard {
     }
 
     async fn run(&self) {
-        let mut pending: VecDeque<Unwritten> = VecDeque::new();
+        let mut pending: VecDeque<(i64, Vec<(String, i64)>)> = VecDeque::new();
+        // Seconds of denials by subject not yet merged, apart from the series: a failure of
+        // theirs never holds the series back.
+        let mut pending_top: VecDeque<(i64, top::ByTenant)> = VecDeque::new();
         let mut shard_map: Option<Vec<(u16, u16, String)>> = None;
         // The next second this instance has not read yet (None: read the whole hour).
         let mut unread: Option<i64> = None;
@@ -279,10 +293,20 @@ impl Dashboard {
             }
             let mut snapshot = self.inner.recorder.take();
             let checks = snapshot.decision.count();
-            let denied = std::mem::take(&mut snapshot.denied);
-            pending.push_back((second, self.fields(&snapshot, shard_map.as_deref()), denied));
+            pending.push_back((second, self.fields(&snapshot, shard_map.as_deref())));
             while pending.len() > PENDING_MAX {
                 pending.pop_front();
+            }
+            let mut denied = std::mem::take(&mut snapshot.denied);
+            if !denied.is_empty() {
+                // Kept at its capacity while it waits (it is merged so anyway).
+                for summary in denied.values_mut().flat_map(HashMap::values_mut) {
+                    summary.reduce();
+                }
+                pending_top.push_back((second, denied));
+                while pending_top.len() > PENDING_MAX {
+                    pending_top.pop_front();
+                }
             }
             let beat = Beat {
                 id: self.inner.id.clone(),
@@ -295,22 +319,12 @@ impl Dashboard {
             };
             // Seconds written late (after an outage) must be read again.
             let mut oldest_written = second;
-            while let Some((sec, fields, denied)) = pending.front() {
+            while let Some((sec, fields)) = pending.front() {
                 if *sec < second - series::SECONDS_KEPT {
                     pending.pop_front();
                     continue;
                 }
-                // Both writes are made once however often they are retried.
-                let written = match self.inner.store.write(*sec, fields, &beat).await {
-                    Ok(()) => {
-                        self.inner
-                            .store
-                            .write_top(*sec, &self.inner.id, denied)
-                            .await
-                    }
-                    Err(e) => Err(e),
-                };
-                match written {
+                match self.inner.store.write(*sec, fields, &beat).await {
                     Ok(()) => {
                         oldest_written = oldest_written.min(*sec);
                         pending.pop_front();
@@ -324,6 +338,26 @@ impl Dashboard {
                             tracing::warn!(error = %e, pending = pending.len(), "cannot write the dashboard series; keeping them to retry");
                             failing = true;
                         }
+                        break;
+                    }
+                }
+            }
+            while let Some((sec, denied)) = pending_top.front() {
+                if *sec < second - series::TOP_MINUTES_KEPT * 60 {
+                    pending_top.pop_front();
+                    continue;
+                }
+                match self
+                    .inner
+                    .store
+                    .write_top(*sec, &self.inner.id, denied)
+                    .await
+                {
+                    Ok(()) => {
+                        pending_top.pop_front();
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, pending = pending_top.len(), "cannot merge the most denied subjects; keeping them to retry");
                         break;
                     }
                 }
@@ -350,7 +384,71 @@ impl Dashboard {
                 self.refresh_tenants(second, tick % SLOW_EVERY == 1 || everything)
                     .await;
             }
+            self.refresh_denied(second).await;
             let _ = self.inner.ticks.send(second);
+        }
+    }
+
+    /// Reads the most denied subjects of the last 5 minutes of each tenant whose dashboard was
+    /// shown in the last [`WATCHED_FOR`] seconds, at most every [`SLOW_EVERY`] seconds each; a
+    /// tenant without denials in that time is answered without a read. Tenants no longer
+    /// watched are forgotten.
+    async fn refresh_denied(&self, second: i64) {
+        let due: Vec<String> = {
+            let mut watched = self
+                .inner
+                .watched
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            watched.retain(|_, at| *at >= second - WATCHED_FOR);
+            let mut view = self.view_mut();
+            view.denied_subjects
+                .retain(|tenant, _| watched.contains_key(tenant));
+            watched
+                .keys()
+                .filter(|t| {
+                    view.denied_subjects
+                        .get(*t)
+                        .and_then(|d| d.read_at)
+                        .is_none_or(|at| at <= second - SLOW_EVERY)
+                })
+                .cloned()
+                .collect()
+        };
+        if due.is_empty() {
+            return;
+        }
+        let denying = self.view().tenants_since(second - 300, true);
+        let minute = second.div_euclid(60);
+        let store = &self.inner.store;
+        let read: Vec<(String, Result<HashMap<String, top::Summary>, _>)> =
+            futures::stream::iter(due)
+                .map(|tenant| {
+                    let denied = denying.binary_search(&tenant).is_ok();
+                    async move {
+                        let summaries = if denied {
+                            store.top_denied(&tenant, minute - 4, minute).await
+                        } else {
+                            Ok(HashMap::new())
+                        };
+                        (tenant, summaries)
+                    }
+                })
+                .buffer_unordered(16)
+                .collect()
+                .await;
+        let mut view = self.view_mut();
+        for (tenant, summaries) in read {
+            match summaries {
+                Ok(summaries) => {
+                    view.denied_subjects
+                        .insert(tenant, view::DeniedSubjects::of(&summaries, second));
+                }
+                // Unreadable now: the last read stands, and is tried again next second.
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot read a tenant's most denied subjects");
+                }
+            }
         }
     }
 
@@ -417,42 +515,8 @@ impl Dashboard {
             }
             active = Some((counts, failed));
         }
-        // The most denied subjects of the tenants with denials in the last 5 minutes.
-        let mut denied_subjects = None;
-        if count {
-            let denying = self.view().tenants_since(second - 300, true);
-            let minute = second.div_euclid(60);
-            let store = &self.inner.store;
-            let read: Vec<(String, Result<HashMap<String, top::Summary>, _>)> =
-                futures::stream::iter(denying)
-                    .map(|tenant| async move {
-                        let summaries = store.top_denied(&tenant, minute - 4, minute).await;
-                        (tenant, summaries)
-                    })
-                    .buffer_unordered(16)
-                    .collect()
-                    .await;
-            denied_subjects = Some(read);
-        }
         let mut view = self.view_mut();
         view.names = names;
-        if let Some(read) = denied_subjects {
-            let mut fresh = HashMap::new();
-            for (tenant, summaries) in read {
-                match summaries {
-                    Ok(summaries) => {
-                        fresh.insert(tenant, view::DeniedSubjects::of(&summaries));
-                    }
-                    // Unreadable now: the last read stands.
-                    Err(_) => {
-                        if let Some(last) = view.denied_subjects.remove(&tenant) {
-                            fresh.insert(tenant, last);
-                        }
-                    }
-                }
-            }
-            view.denied_subjects = fresh;
-        }
         if let Some((counts, failed)) = active {
             let kept: Vec<(String, u64)> = failed
                 .iter()

@@ -437,7 +437,9 @@ fn top_table(out: &mut String, title: &str, testid: &str, rows: &[Top], with_pol
 /// per minute for an hour, not per second).
 fn denied_subjects_table(out: &mut String, denied: &DeniedSubjects) {
     out.push_str(r#"<section class="card"><h2>Most denied subjects, last 5 minutes</h2><table data-testid="denied-subjects"><thead><tr><th>Policy</th><th>Subject</th><th class="num">Denied</th></tr></thead><tbody>"#);
-    if denied.rows.is_empty() {
+    if denied.read_at.is_none() {
+        out.push_str(r#"<tr><td colspan="3" class="muted">Reading…</td></tr>"#);
+    } else if denied.rows.is_empty() {
         out.push_str(
             r#"<tr><td colspan="3" class="muted">No denials in the last 5 minutes.</td></tr>"#,
         );
@@ -730,11 +732,19 @@ mod tests {
         view.denied_subjects.insert(
             "t1".into(),
             DeniedSubjects {
+                read_at: Some(1),
                 rows: vec![
                     ("per-user".into(), "<b>acme</b>".into(), 40),
                     ("whole".into(), String::new(), 3),
                 ],
                 error: 2,
+            },
+        );
+        view.denied_subjects.insert(
+            "t2".into(),
+            DeniedSubjects {
+                read_at: Some(1),
+                ..DeniedSubjects::default()
             },
         );
         let tenant = Scope::Tenant("t1".into());
@@ -748,6 +758,9 @@ mod tests {
         // Another tenant has none; the fleet's dashboard has no such table.
         let other = html_of(&view, Scope::Tenant("t2".into()));
         assert!(other.contains("No denials in the last 5 minutes."));
+        // A tenant not read yet says so rather than "no denials".
+        let unread = html_of(&view, Scope::Tenant("t3".into()));
+        assert!(unread.contains("Reading…") && !unread.contains("No denials"));
         assert!(!html_of(&view, Scope::Fleet).contains("denied-subjects"));
     }
 

@@ -7,9 +7,11 @@
 //! - `sld:{fleet}:m:<unix minute>` the same counters summed per minute, kept 7 days;
 //! - `sld:{fleet}:alive` a sorted set: instance id → its last heartbeat (Unix ms);
 //! - `sld:{fleet}:beat:<instance>` the instance's last heartbeat (JSON), kept 10 s;
-//! - `sld:{fleet}:top:<tenant>:<unix minute>` the tenant's denials by rule and subject in that
-//!   minute, a summary of at most [`top::CAPACITY`] subjects a rule ([`super::top`]), kept
-//!   1 hour and 2 minutes, merged by `lua/top_denied.lua`.
+//! - `sld:{fleet}:top:<tenant>:<unix minute>:<rule>` a rule's denials by subject in that
+//!   minute, a summary of at most [`top::CAPACITY`] subjects ([`super::top`]);
+//!   `sld:{fleet}:top:<tenant>:<unix minute>` the set of those rules, and
+//!   `sld:{fleet}:topw:<unix minute>` the instances' seconds merged into the minute; merged by
+//!   `lua/top_denied.lua`, each kept [`TOP_MINUTES_KEPT`] + 1 minutes after its last write.
 //!
 //! A second is written by `lua/dashboard_write.lua`, which marks it as written by the instance
 //! so that a retry after a lost reply adds nothing.
@@ -98,30 +100,23 @@ fn merge(into: &mut Fields, fields: &[(String, i64)]) {
     }
 }
 
-/// One minute's hash of denials by subject (see `lua/top_denied.lua`) as summaries by rule.
-fn read_top(fields: &HashMap<String, String>) -> HashMap<String, Summary> {
-    let mut out: HashMap<String, Summary> = HashMap::new();
-    for (field, n) in fields {
-        let Some(rest) = field.strip_prefix("r\x1f") else {
-            continue;
-        };
-        let mut parts = rest.splitn(3, SEP);
-        let (Some(rule), Some(kind)) = (parts.next(), parts.next()) else {
-            continue;
-        };
-        let summary = out.entry(rule.to_owned()).or_default();
-        let count = || n.parse::<u64>().unwrap_or(0);
-        match (kind, parts.next()) {
-            ("n", None) => summary.denials += count(),
-            ("e", None) => summary.error += count(),
-            ("p", None) => summary.policy.clone_from(n),
-            ("s", Some(subject)) => {
-                summary.counts.insert(subject.to_owned(), count());
+/// One rule's hash of a minute's denials by subject (see `lua/top_denied.lua`) as a summary.
+fn read_summary(fields: &HashMap<String, String>) -> Summary {
+    let mut summary = Summary::default();
+    for (field, value) in fields {
+        let count = || value.parse::<u64>().unwrap_or(0);
+        match field.as_str() {
+            "n" => summary.denials = count(),
+            "e" => summary.error = count(),
+            "p" => summary.policy.clone_from(value),
+            _ => {
+                if let Some(subject) = field.strip_prefix("s\x1f") {
+                    summary.counts.insert(subject.to_owned(), count());
+                }
             }
-            _ => {}
         }
     }
-    out
+    summary
 }
 
 /// The store of the series.
@@ -218,35 +213,40 @@ impl SeriesStore {
                 Ok(())
             }
             SeriesStore::Redis(redis) => {
-                let tenants: Vec<(&String, &HashMap<String, Summary>)> = denied.iter().collect();
-                let _added: i64 = redis
-                    .run_script(
-                        &TOP,
-                        TOP_SOURCE,
-                        &keys::fleet_top(tenants[0].0, minute),
-                        |cmd| {
-                            cmd.arg(tenants.len());
-                            for (tenant, _) in &tenants {
-                                cmd.arg(keys::fleet_top(tenant, minute));
+                // Keys and arguments in one order, read once.
+                let tenants: Vec<(&String, Vec<(&String, &Summary)>)> = denied
+                    .iter()
+                    .map(|(tenant, rules)| (tenant, rules.iter().collect()))
+                    .collect();
+                let marks = keys::fleet_top_marks(minute);
+                let _merged: i64 = redis
+                    .run_script(&TOP, TOP_SOURCE, &marks, |cmd| {
+                        let keys: usize =
+                            1 + tenants.iter().map(|(_, r)| 1 + r.len()).sum::<usize>();
+                        cmd.arg(keys).arg(&marks);
+                        for (tenant, rules) in &tenants {
+                            cmd.arg(keys::fleet_top(tenant, minute));
+                            for (rule, _) in rules {
+                                cmd.arg(keys::fleet_top_rule(tenant, minute, rule));
                             }
-                            cmd.arg(format!("w{SEP}{instance}{SEP}{sec}"))
-                                .arg((TOP_MINUTES_KEPT + 1) * 60_000)
-                                .arg(top::CAPACITY);
-                            for (_, rules) in &tenants {
-                                cmd.arg(rules.len());
-                                for (rule, summary) in *rules {
-                                    cmd.arg(rule)
-                                        .arg(&summary.policy)
-                                        .arg(summary.denials)
-                                        .arg(summary.error)
-                                        .arg(summary.counts.len());
-                                    for (subject, n) in &summary.counts {
-                                        cmd.arg(subject).arg(*n);
-                                    }
+                        }
+                        cmd.arg(format!("{instance}{SEP}{sec}"))
+                            .arg((TOP_MINUTES_KEPT + 1) * 60_000)
+                            .arg(top::CAPACITY);
+                        for (_, rules) in &tenants {
+                            cmd.arg(rules.len());
+                            for (rule, summary) in rules {
+                                cmd.arg(rule)
+                                    .arg(&summary.policy)
+                                    .arg(summary.denials)
+                                    .arg(summary.error)
+                                    .arg(summary.counts.len());
+                                for (subject, n) in &summary.counts {
+                                    cmd.arg(subject).arg(*n);
                                 }
                             }
-                        },
-                    )
+                        }
+                    })
                     .await?;
                 Ok(())
             }
@@ -274,13 +274,24 @@ impl SeriesStore {
             SeriesStore::Redis(redis) => {
                 let mut pipe = redis::pipe();
                 for minute in from..=to {
-                    pipe.cmd("HGETALL").arg(keys::fleet_top(tenant, minute));
+                    pipe.cmd("SMEMBERS").arg(keys::fleet_top(tenant, minute));
+                }
+                let rules: Vec<Vec<String>> = redis.pipeline(&pipe).await?;
+                let wanted: Vec<(i64, String)> = (from..=to)
+                    .zip(rules)
+                    .flat_map(|(minute, rules)| rules.into_iter().map(move |r| (minute, r)))
+                    .collect();
+                if wanted.is_empty() {
+                    return Ok(out);
+                }
+                let mut pipe = redis::pipe();
+                for (minute, rule) in &wanted {
+                    pipe.cmd("HGETALL")
+                        .arg(keys::fleet_top_rule(tenant, *minute, rule));
                 }
                 let hashes: Vec<HashMap<String, String>> = redis.pipeline(&pipe).await?;
-                for fields in hashes {
-                    for (rule, summary) in read_top(&fields) {
-                        out.entry(rule).or_default().sum(&summary);
-                    }
+                for ((_, rule), fields) in wanted.into_iter().zip(hashes) {
+                    out.entry(rule).or_default().sum(&read_summary(&fields));
                 }
             }
         }

@@ -99,8 +99,8 @@ pub struct View {
     pub names: HashMap<String, String>,
     /// A Redis Cluster's slot ranges and their masters (empty without a Cluster).
     pub shard_map: Vec<(u16, u16, String)>,
-    /// Each tenant's most denied subjects of the last 5 minutes, as last read (every 5 s,
-    /// for the tenants with denials in that time).
+    /// The most denied subjects of the last 5 minutes of each tenant whose dashboard is
+    /// watched, as last read (every 5 s).
     pub denied_subjects: HashMap<String, DeniedSubjects>,
     /// Every (tenant, policy) seen, numbered in order of appearance.
     pub series: Vec<(String, String)>,
@@ -193,6 +193,8 @@ pub struct Frame {
 /// ([`super::top`]).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct DeniedSubjects {
+    /// The second they were read at; `None` until the first read.
+    pub read_at: Option<i64>,
     /// (rule name, subject or `""` for a tenant-wide bucket, denials), most first.
     pub rows: Vec<(String, String, u64)>,
     /// The largest error of the rules shown: no count is more than this below the truth.
@@ -200,23 +202,22 @@ pub struct DeniedSubjects {
 }
 
 impl DeniedSubjects {
-    /// The [`TOP`] most denied (rule, subject) pairs of a tenant's summaries.
-    pub fn of(summaries: &HashMap<String, super::top::Summary>) -> Self {
-        let mut rows: Vec<(String, String, u64)> = Vec::new();
-        let mut error = 0;
+    /// The [`TOP`] most denied (rule, subject) pairs of a tenant's summaries by rule id.
+    pub fn of(summaries: &HashMap<String, super::top::Summary>, read_at: i64) -> Self {
+        // (rule name, subject, denials, the rule's error)
+        let mut rows: Vec<(String, String, u64, u64)> = Vec::new();
         for summary in summaries.values() {
             for (subject, n) in summary.top(TOP) {
-                rows.push((summary.policy.clone(), subject.to_owned(), n));
+                rows.push((summary.policy.clone(), subject.to_owned(), n, summary.error));
             }
         }
         rows.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| (&a.0, &a.1).cmp(&(&b.0, &b.1))));
         rows.truncate(TOP);
-        for summary in summaries.values() {
-            if rows.iter().any(|(policy, _, _)| *policy == summary.policy) {
-                error = error.max(summary.error);
-            }
+        Self {
+            read_at: Some(read_at),
+            error: rows.iter().map(|r| r.3).max().unwrap_or(0),
+            rows: rows.into_iter().map(|(p, s, n, _)| (p, s, n)).collect(),
         }
-        Self { rows, error }
     }
 }
 

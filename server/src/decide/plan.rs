@@ -109,7 +109,7 @@ pub fn descriptor_checks(
                 None => {
                     checks.push(check);
                     rules.push(rule);
-                    subjects.push(subject.clone());
+                    subjects.push(subject);
                     checks.len() - 1
                 }
             };

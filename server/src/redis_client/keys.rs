@@ -176,10 +176,22 @@ pub fn fleet_minute(minute: i64) -> String {
     format!("sld:{{fleet}}:m:{minute}")
 }
 
-/// One tenant's denials by rule and subject in one minute (Unix minutes), a summary kept
-/// within its capacity by `lua/top_denied.lua`: `sld:{fleet}:top:<tenant>:<minute>`.
+/// The ids of the rules of `tenant` with denials by subject in one minute (Unix minutes):
+/// `sld:{fleet}:top:<tenant>:<minute>` (see `lua/top_denied.lua`).
 pub fn fleet_top(tenant: &str, minute: i64) -> String {
     format!("sld:{{fleet}}:top:{tenant}:{minute}")
+}
+
+/// One rule's summary of denials by subject in one minute:
+/// `sld:{fleet}:top:<tenant>:<minute>:<rule>`.
+pub fn fleet_top_rule(tenant: &str, minute: i64, rule: &str) -> String {
+    format!("sld:{{fleet}}:top:{tenant}:{minute}:{rule}")
+}
+
+/// The instances' seconds of denials by subject already merged into a minute:
+/// `sld:{fleet}:topw:<minute>`.
+pub fn fleet_top_marks(minute: i64) -> String {
+    format!("sld:{{fleet}}:topw:{minute}")
 }
 
 /// The sorted set of instances by last heartbeat.

@@ -166,7 +166,9 @@ pub struct Recorder {
 
 impl Recorder {
     fn lock(&self) -> MutexGuard<'_, Snapshot> {
-        // Every update is a few additions; a panic cannot leave one half done.
+        // Every update is a few additions (and, for a denial of a subject not yet seen this
+        // second, one allocation; every 100 such, a summary's reduction over 200 counts); a
+        // panic cannot leave a count half done.
         self.current
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

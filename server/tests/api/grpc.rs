@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use serde_json::{json, Value};
 use sluice::config::Config;
 
-use crate::helpers::{rule, setup_tenant, sluice, sluice_fails, spawn_app, TenantSetup, TestApp};
+use crate::helpers::{
+    rule, setup_tenant, sluice, sluice_fails, spawn_app, time_until, TenantSetup, TestApp,
+};
 use crate::services::{shared_postgres, RedisServer};
 
 /// Runs the Envoy client with `job` (targets, calls, concurrent) and returns its answers.
@@ -241,6 +243,57 @@ async fn descriptor_rules_match_by_keys_and_values_and_keyless_values_are_the_su
         assert_eq!(answers[i]["statuses"][0]["code"], "OK");
         assert!(limit(i).is_null(), "{:#}", answers[i]);
     }
+
+    // Each denial counts among the most denied, for its rule and its bucket's subject (the
+    // descriptor's keyless value; none for the one bucket of a value rule).
+    let mut top = Value::Null;
+    time_until(
+        async || {
+            let (_, _, body) = app
+                .call(
+                    "GET",
+                    &format!("/v1/admin/tenants/{}/top-denied", t.id),
+                    Some(&t.admin_key),
+                    None,
+                )
+                .await;
+            let rules = body["rules"].as_array().map_or(0, Vec::len);
+            top = body;
+            rules == 3
+        },
+        std::time::Duration::from_secs(5),
+    )
+    .await;
+    let mut seen: Vec<(String, Value)> = top["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["policy"].as_str().unwrap().to_owned(),
+                r["subjects"].clone(),
+            )
+        })
+        .collect();
+    seen.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        seen,
+        [
+            (
+                "login".to_owned(),
+                json!([{ "subject": null, "denied": 1 }])
+            ),
+            (
+                "per-client".to_owned(),
+                json!([{ "subject": "10.0.0.1", "denied": 1 }])
+            ),
+            (
+                "per-user-of-api".to_owned(),
+                json!([{ "subject": "ann", "denied": 1 }])
+            ),
+        ],
+        "{top:#}"
+    );
 }
 
 #[tokio::test]
