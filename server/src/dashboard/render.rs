@@ -760,7 +760,9 @@ mod tests {
         assert!(other.contains("No denials in the last 5 minutes."));
         // A tenant not read yet says so rather than "no denials".
         let unread = html_of(&view, Scope::Tenant("t3".into()));
-        assert!(unread.contains("Reading…") && !unread.contains("No denials"));
+        assert!(
+            unread.contains("Reading…") && !unread.contains("No denials in the last 5 minutes")
+        );
         assert!(!html_of(&view, Scope::Fleet).contains("denied-subjects"));
     }
 
