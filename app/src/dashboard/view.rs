@@ -86,7 +86,7 @@ fn ResetDenied(tenant: Memo<String>) -> impl IntoView {
                     <p class="muted" data-testid="no-denied">"No denials in the last 5 minutes."</p>
                 }.into_any(),
                 Ok(rows) => view! {
-                    <table data-testid="reset-denied">
+                    <table class="grid" data-testid="reset-denied">
                         <thead><tr><th>"Policy"</th><th>"Subject"</th><th class="num">"Denied"</th><th>"Bucket"</th></tr></thead>
                         <tbody>
                             {rows.into_iter().enumerate().map(|(i, row)| {
