@@ -36,6 +36,12 @@ ARGV[4+7n]   1 when the idempotency record is the caller's request_id (it counts
 ARGV[5+7n]   the tenant's quota of live keys, or -1 for none
 ARGV[6+7n]   one character per rule: '0' when this instance has already added the rule's
              bucket to this minute's active-key HyperLogLog, '1' (or absent) to add it
+ARGV[7+7n]   a reservation's TTL in ms (`/v1/reserve`), or absent: when the request is
+             admitted, KEYS[n+4] records what each rule was charged, for lua/settle.lua
+KEYS[n+4]    the reservation `slv:{<tenant>}:<id>` (only with ARGV[7+7n]): a hash whose
+             field r is a JSON list, per rule written, of { k = key, a = algorithm, l, p,
+             b, c = cost, m = where the charge went (the window, or the log entry's time) },
+             and e the cost; it lives ARGV[7+7n] ms and counts against the quota
 
 Reply: { deduplicated (0/1), now, allowed (0/1),
          then per rule: verdict (1 allow, 0 deny, -1 never fits: cost above capacity),
@@ -78,6 +84,7 @@ local n = tonumber(ARGV[3])
 local dedup_ttl = tonumber(ARGV[2])
 local dedup_key = KEYS[n + 1]
 local dry_run = dedup_ttl < 0
+local reserve_ttl = tonumber(ARGV[7 + 7 * n] or '0') or 0
 
 if dedup_ttl > 0 then
   local seen = redis.call('GET', dedup_key)
@@ -141,7 +148,7 @@ local function token_bucket(key, L, P, B, c, now, penalty)
   end
   now = math.max(now, ts)
   tokens = math.min(B, tokens + (now - ts) * L / P)
-  local ttl = whole_ms(B * P / L + MARGIN)
+  local ttl = whole_ms((B - math.min(0, tokens)) * P / L + MARGIN)
   if c > B then
     return decision(NEVER, tokens, (B - tokens) * P / L, 0), nil, nil, ttl
   end
@@ -150,7 +157,7 @@ local function token_bucket(key, L, P, B, c, now, penalty)
     return decision(ALLOW, left, (B - left) * P / L, 0), { 'v', fmt(left), 't', fmt(now) }, nil, ttl
   end
   if penalty then
-    tokens = math.max(0, tokens - c)
+    tokens = math.min(tokens, math.max(0, tokens - c))
   end
   local d = decision(DENY, tokens, (B - tokens) * P / L, (c - tokens) * P / L)
   return d, nil, penalty and { 'v', fmt(tokens), 't', fmt(now) } or nil, ttl
@@ -166,7 +173,7 @@ local function gcra(key, L, P, B, c, now, penalty)
   end
   now = math.max(now, ts)
   backlog = math.max(0, backlog - (now - ts))
-  local ttl = whole_ms(tau + MARGIN)
+  local ttl = whole_ms(math.max(tau, backlog) + MARGIN)
   if c > B then
     return decision(NEVER, math.max(0, (tau - backlog) / t), backlog, 0), nil, nil, ttl
   end
@@ -176,7 +183,7 @@ local function gcra(key, L, P, B, c, now, penalty)
     return d, { 'v', fmt(after), 't', fmt(now) }, nil, ttl
   end
   if penalty then
-    backlog = math.min(after, tau)
+    backlog = math.max(backlog, math.min(after, tau))
   end
   local d = decision(DENY, math.max(0, (tau - backlog) / t), backlog, backlog + c * t - tau)
   return d, nil, penalty and { 'v', fmt(backlog), 't', fmt(now) } or nil, ttl
@@ -190,7 +197,7 @@ local function leaky_bucket(key, L, P, B, c, now, penalty)
   end
   now = math.max(now, ts)
   level = math.max(0, level - (now - ts) * L / P)
-  local ttl = whole_ms(B * P / L + MARGIN)
+  local ttl = whole_ms(math.max(B, level) * P / L + MARGIN)
   if c > B then
     return decision(NEVER, B - level, level * P / L, 0), nil, nil, ttl
   end
@@ -199,7 +206,7 @@ local function leaky_bucket(key, L, P, B, c, now, penalty)
     return decision(ALLOW, B - filled, filled * P / L, 0), { 'v', fmt(filled), 't', fmt(now) }, nil, ttl
   end
   if penalty then
-    level = math.min(B, level + c)
+    level = math.max(level, math.min(B, level + c))
   end
   local d = decision(DENY, B - level, level * P / L, (level + c - B) * P / L)
   return d, nil, penalty and { 'v', fmt(level), 't', fmt(now) } or nil, ttl
@@ -226,7 +233,7 @@ local function fixed_window(key, L, P, B, c, now, penalty)
     return d, { 'v', fmt(count + c), 'w', fmt(window), 't', fmt(now) }, nil, ttl
   end
   if penalty then
-    count = math.min(L, count + c)
+    count = math.max(count, math.min(L, count + c))
   end
   local d = decision(DENY, L - count, ends_in, ends_in)
   return d, nil, penalty and { 'v', fmt(count), 'w', fmt(window), 't', fmt(now) } or nil, ttl
@@ -266,7 +273,7 @@ local function sliding_window(key, L, P, B, c, now, penalty)
     return d, { 'p', fmt(prev), 'v', fmt(cur + c), 'w', fmt(window), 't', fmt(now) }, nil, ttl
   end
   if penalty then
-    cur = math.min(L, cur + c)
+    cur = math.max(cur, math.min(L, cur + c))
   end
   estimate = prev * (left_in_window / P) + cur
   local retry
@@ -381,6 +388,9 @@ if not dry_run and quota >= 0 then
   if dedup_ttl > 0 and ARGV[4 + 7 * n] == '1' then
     fresh[#fresh + 1] = { dedup_key, dedup_ttl }
   end
+  if allowed and reserve_ttl > 0 then
+    fresh[#fresh + 1] = { KEYS[n + 4], reserve_ttl }
+  end
   if #fresh > 0 then
     local due = redis.call('ZRANGEBYSCORE', index, '-inf', now, 'LIMIT', 0, PRUNE)
     for _, member in ipairs(due) do
@@ -413,6 +423,34 @@ for i = 1, (dry_run and 0 or n) do
   if state then
     write(KEYS[i], r.algorithm, state, r.ttl, r.P)
   end
+end
+
+-- A reservation: what each written rule was charged, and where, for lua/settle.lua.
+if allowed and not dry_run and reserve_ttl > 0 then
+  local charged = {}
+  for i = 1, n do
+    local r = rules[i]
+    if r.admitted then
+      local mark = 0
+      if r.algorithm == 6 then
+        mark = r.admitted.entry[1]
+      else
+        for j = 1, #r.admitted, 2 do
+          if r.admitted[j] == 'w' then
+            mark = tonumber(r.admitted[j + 1])
+          end
+        end
+      end
+      local base = 3 + (i - 1) * 7
+      charged[#charged + 1] = { k = KEYS[i], a = r.algorithm, l = ARGV[base + 2],
+        p = ARGV[base + 3], b = ARGV[base + 4], c = ARGV[base + 5], m = fmt(mark) }
+    end
+  end
+  local record = KEYS[n + 4]
+  -- cjson writes an empty table as {}: a reservation of shadow rules that all denied is [].
+  local encoded = #charged > 0 and cjson.encode(charged) or '[]'
+  redis.call('HSET', record, 'r', encoded, 'e', ARGV[8])
+  redis.call('PEXPIRE', record, reserve_ttl)
 end
 
 local reply = { 0, now, allowed and 1 or 0 }

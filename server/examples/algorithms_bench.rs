@@ -53,6 +53,7 @@ async fn check(
         now_ms: None,
         dry_run: false,
         max_live_keys: None,
+        reserve: None,
     };
     limiter.check(&request).await.unwrap().allowed
 }

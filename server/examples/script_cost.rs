@@ -57,6 +57,7 @@ fn request(case: &Case, subject: &str) -> CheckRequest {
         now_ms: None,
         dry_run: false,
         max_live_keys: Some(1_000_000),
+        reserve: None,
     }
 }
 

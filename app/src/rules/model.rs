@@ -110,6 +110,12 @@ fn whole_ms(x: f64) -> u64 {
     x.max(0.0).ceil() as u64
 }
 
+/// How long a bucket's state must live: the time to refill `empty` units at `l` per `p`,
+/// plus the margin. `empty` is the capacity, or more while a settled overrun is owed.
+fn bucket_ttl(empty: f64, p: f64, l: f64) -> u64 {
+    whole_ms(empty * p / l + TTL_MARGIN_MS)
+}
+
 /// Evaluates one rule for one request at `now` (ms), without changing anything.
 pub fn evaluate(spec: &LimitSpec, state: Option<&State>, now: i64, cost: u64) -> Evaluation {
     let l = spec.limit as f64;
@@ -158,7 +164,7 @@ fn token_bucket(
     };
     let now = now.max(ts);
     tokens = b.min(tokens + (now - ts) * l / p);
-    let ttl_ms = whole_ms(b * p / l + TTL_MARGIN_MS);
+    let ttl_ms = bucket_ttl(b - tokens.min(0.0), p, l);
     if c > b {
         let d = decision(Verdict::NeverFits, tokens, (b - tokens) * p / l, 0.0);
         return Evaluation {
@@ -183,7 +189,8 @@ fn token_bucket(
         };
     }
     if penalty {
-        tokens = 0.0_f64.max(tokens - c);
+        // Never below zero, and never out of a debt a settled overrun left.
+        tokens = tokens.min(0.0_f64.max(tokens - c));
     }
     let d = decision(
         Verdict::Deny,
@@ -217,7 +224,7 @@ fn gcra(
     };
     let now = now.max(ts);
     let mut backlog = 0.0_f64.max(backlog - (now - ts));
-    let ttl_ms = whole_ms(tau + TTL_MARGIN_MS);
+    let ttl_ms = whole_ms(tau.max(backlog) + TTL_MARGIN_MS);
     if c > b {
         let d = decision(
             Verdict::NeverFits,
@@ -247,7 +254,7 @@ fn gcra(
         };
     }
     if penalty {
-        backlog = after.min(tau);
+        backlog = backlog.max(after.min(tau));
     }
     let d = decision(
         Verdict::Deny,
@@ -279,7 +286,7 @@ fn leaky_bucket(
     };
     let now = now.max(ts);
     level = 0.0_f64.max(level - (now - ts) * l / p);
-    let ttl_ms = whole_ms(b * p / l + TTL_MARGIN_MS);
+    let ttl_ms = bucket_ttl(b.max(level), p, l);
     if c > b {
         let d = decision(Verdict::NeverFits, b - level, level * p / l, 0.0);
         return Evaluation {
@@ -304,7 +311,7 @@ fn leaky_bucket(
         };
     }
     if penalty {
-        level = b.min(level + c);
+        level = level.max(b.min(level + c));
     }
     let d = decision(
         Verdict::Deny,
@@ -365,7 +372,7 @@ fn fixed_window(
         };
     }
     if penalty {
-        count = l.min(count + c);
+        count = count.max(l.min(count + c));
     }
     let d = decision(Verdict::Deny, l - count, ends_in, ends_in);
     let penalized = penalty.then_some(State::FixedWindow {
@@ -456,7 +463,7 @@ fn sliding_window(
         };
     }
     if penalty {
-        cur = l.min(cur + c);
+        cur = cur.max(l.min(cur + c));
     }
     let estimate = prev * (left_in_window / p) + cur;
     // When could `estimate + c <= l` hold? Within this window if the previous window's share
@@ -551,6 +558,188 @@ fn sliding_log(
         admitted: None,
         penalized,
         ttl_ms,
+    }
+}
+
+/// Where a reservation's charge went in a rule's state, so that settling it later finds it:
+/// the window it was counted in (fixed and sliding windows), or its log entry's time (sliding
+/// log). Buckets need none: capacity is capacity whenever it comes back.
+pub fn charge_mark(state: &State) -> f64 {
+    match state {
+        State::FixedWindow { window, .. } | State::SlidingWindow { window, .. } => *window,
+        State::SlidingLog { entries } => entries.back().map_or(0.0, |&(time, _)| time),
+        State::TokenBucket { .. } | State::Gcra { .. } | State::LeakyBucket { .. } => 0.0,
+    }
+}
+
+/// Settles a reservation's charge of `charged` on one rule at `cost`, its final cost, at
+/// `now`: the state to store and its TTL, or `None` when nothing changes.
+///
+/// The difference is given back or taken, by algorithm (docs/ALGORITHMS.md, "Reserve and
+/// settle"):
+/// - token bucket, GCRA, leaky bucket: a refund is capacity back, never past the capacity;
+///   an overrun is taken even past empty, a debt later requests wait out;
+/// - fixed and sliding window: a refund goes back only into the window it was counted in (a
+///   sliding window's previous window counts for less, and so gives back less); an overrun
+///   is counted in the current window;
+/// - sliding log: the entry it was logged as takes the final cost; an overrun whose entry has
+///   aged out is logged anew at `now`.
+pub fn settle(
+    spec: &LimitSpec,
+    state: Option<&State>,
+    charged: f64,
+    mark: f64,
+    now: i64,
+    cost: u64,
+) -> Option<(State, u64)> {
+    let l = spec.limit as f64;
+    let p = spec.period_ms as f64;
+    let b = spec.capacity() as f64;
+    let c = cost as f64;
+    let now = now as f64;
+    if c == charged {
+        return None;
+    }
+    // Refunding an absent state gives nothing: it reads as full (or empty) already.
+    if state.is_none() && c < charged {
+        return None;
+    }
+    match spec.algorithm {
+        Algorithm::TokenBucket => {
+            let (tokens, ts) = match state {
+                Some(State::TokenBucket { tokens, ts }) => (*tokens, *ts),
+                _ => (b, now),
+            };
+            let now = now.max(ts);
+            let mut tokens = b.min(tokens + (now - ts) * l / p);
+            if c < charged {
+                tokens = b.min(tokens + (charged - c));
+            } else {
+                tokens -= c - charged;
+            }
+            let ttl = bucket_ttl(b - tokens.min(0.0), p, l);
+            Some((State::TokenBucket { tokens, ts: now }, ttl))
+        }
+        Algorithm::Gcra => {
+            let t = p / l;
+            let tau = b * t;
+            let (backlog, ts) = match state {
+                Some(State::Gcra { backlog, ts }) => (*backlog, *ts),
+                _ => (0.0, now),
+            };
+            let now = now.max(ts);
+            let mut backlog = 0.0_f64.max(backlog - (now - ts));
+            if c < charged {
+                backlog = 0.0_f64.max(backlog - (charged - c) * t);
+            } else {
+                backlog += (c - charged) * t;
+            }
+            let ttl = whole_ms(tau.max(backlog) + TTL_MARGIN_MS);
+            Some((State::Gcra { backlog, ts: now }, ttl))
+        }
+        Algorithm::LeakyBucket => {
+            let (level, ts) = match state {
+                Some(State::LeakyBucket { level, ts }) => (*level, *ts),
+                _ => (0.0, now),
+            };
+            let now = now.max(ts);
+            let mut level = 0.0_f64.max(level - (now - ts) * l / p);
+            if c < charged {
+                level = 0.0_f64.max(level - (charged - c));
+            } else {
+                level += c - charged;
+            }
+            let ttl = bucket_ttl(b.max(level), p, l);
+            Some((State::LeakyBucket { level, ts: now }, ttl))
+        }
+        Algorithm::FixedWindow => {
+            let (mut count, mut window, ts) = match state {
+                Some(State::FixedWindow { count, window, ts }) => (*count, *window, *ts),
+                _ => (0.0, (now / p).floor(), now),
+            };
+            let now = now.max(ts);
+            let w = (now / p).floor();
+            if w != window {
+                count = 0.0;
+                window = w;
+            }
+            if c < charged {
+                if mark != window {
+                    return None;
+                }
+                count = 0.0_f64.max(count - (charged - c));
+            } else {
+                count += c - charged;
+            }
+            let ttl = whole_ms((window + 1.0) * p - now + TTL_MARGIN_MS);
+            Some((
+                State::FixedWindow {
+                    count,
+                    window,
+                    ts: now,
+                },
+                ttl,
+            ))
+        }
+        Algorithm::SlidingWindow => {
+            let (mut prev, mut cur, window, ts) = match state {
+                Some(State::SlidingWindow {
+                    prev,
+                    cur,
+                    window,
+                    ts,
+                }) => (*prev, *cur, *window, *ts),
+                _ => (0.0, 0.0, (now / p).floor(), now),
+            };
+            let now = now.max(ts);
+            let w = (now / p).floor();
+            if w == window + 1.0 {
+                prev = cur;
+                cur = 0.0;
+            } else if w > window + 1.0 {
+                prev = 0.0;
+                cur = 0.0;
+            }
+            if c < charged {
+                if mark == w {
+                    cur = 0.0_f64.max(cur - (charged - c));
+                } else if mark == w - 1.0 {
+                    prev = 0.0_f64.max(prev - (charged - c));
+                } else {
+                    return None;
+                }
+            } else {
+                cur += c - charged;
+            }
+            let ttl = whole_ms(p - (now - w * p) + p + TTL_MARGIN_MS);
+            let state = State::SlidingWindow {
+                prev,
+                cur,
+                window: w,
+                ts: now,
+            };
+            Some((state, ttl))
+        }
+        Algorithm::SlidingLog => {
+            let mut entries = match state {
+                Some(State::SlidingLog { entries }) => entries.clone(),
+                _ => VecDeque::new(),
+            };
+            let now = entries.back().map_or(now, |&(newest, _)| now.max(newest));
+            while entries.front().is_some_and(|&(time, _)| time <= now - p) {
+                entries.pop_front();
+            }
+            match entries
+                .iter_mut()
+                .find(|(time, logged)| *time == mark && *logged == charged)
+            {
+                Some(entry) => entry.1 = c,
+                None if c > charged => entries.push_back((now, c - charged)),
+                None => return None,
+            }
+            let ttl = whole_ms(p + TTL_MARGIN_MS);
+            Some((State::SlidingLog { entries }, ttl))
+        }
     }
 }
 
@@ -717,6 +906,88 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    /// Charges `estimate` at `now` on an empty state and settles it at `cost` at `later`;
+    /// the state after each.
+    fn reserve_then_settle(
+        spec: &LimitSpec,
+        estimate: u64,
+        now: i64,
+        cost: u64,
+        later: i64,
+    ) -> (State, Option<State>) {
+        let charged = evaluate(spec, None, now, estimate)
+            .admitted
+            .expect("admitted");
+        let mark = charge_mark(&charged);
+        let settled = settle(spec, Some(&charged), estimate as f64, mark, later, cost);
+        (charged, settled.map(|(state, _)| state))
+    }
+
+    fn capacity_left(spec: &LimitSpec, state: &State, now: i64) -> f64 {
+        let d = evaluate(spec, Some(state), now, 1).decision;
+        d.remaining + if d.allowed() { 1.0 } else { 0.0 }
+    }
+
+    #[test]
+    fn settling_30_of_100_gives_exactly_70_back_on_every_algorithm() {
+        for algorithm in Algorithm::ALL {
+            let spec = LimitSpec::new(algorithm, 1_000, 60_000);
+            let now = 1_800_000_000_000;
+            let (charged, settled) = reserve_then_settle(&spec, 100, now, 30, now + 10);
+            let settled = settled.expect("a refund writes");
+            let gained =
+                capacity_left(&spec, &settled, now + 10) - capacity_left(&spec, &charged, now + 10);
+            assert!((gained - 70.0).abs() < 1e-9, "{algorithm:?}: {gained}");
+        }
+    }
+
+    #[test]
+    fn settling_at_the_estimate_changes_nothing_and_a_refund_never_passes_capacity() {
+        for algorithm in Algorithm::ALL {
+            let spec = LimitSpec::new(algorithm, 10, 1_000);
+            let (_, same) = reserve_then_settle(&spec, 5, 0, 5, 1);
+            assert_eq!(same, None, "{algorithm:?}");
+            // Long after, the bucket is full again: a refund adds nothing.
+            let (_, late) = reserve_then_settle(&spec, 5, 0, 0, 1_000_000);
+            if let Some(state) = late {
+                assert_eq!(
+                    capacity_left(&spec, &state, 1_000_000),
+                    10.0,
+                    "{algorithm:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn an_overrun_is_a_debt_that_a_penalty_does_not_forgive() {
+        for algorithm in [
+            Algorithm::TokenBucket,
+            Algorithm::Gcra,
+            Algorithm::LeakyBucket,
+        ] {
+            let spec = LimitSpec {
+                penalty: true,
+                ..LimitSpec::new(algorithm, 10, 1_000)
+            };
+            let (_, debt) = reserve_then_settle(&spec, 10, 0, 30, 0);
+            let debt = debt.expect("an overrun writes");
+            let denied = evaluate(&spec, Some(&debt), 0, 1);
+            // Twenty owed, one asked: 2.1 s at ten a second.
+            assert_eq!(denied.decision.retry_after_ms, 2_100, "{algorithm:?}");
+            let penalised = denied.penalized.expect("penalty");
+            assert_eq!(
+                evaluate(&spec, Some(&penalised), 0, 1)
+                    .decision
+                    .retry_after_ms,
+                2_100,
+                "{algorithm:?}: the penalty forgave the debt"
+            );
+            assert!(denied.ttl_ms >= 3_000, "{algorithm:?}: {}", denied.ttl_ms);
+            assert!(evaluate(&spec, Some(&debt), 2_100, 1).decision.allowed());
         }
     }
 

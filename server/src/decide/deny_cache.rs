@@ -18,6 +18,12 @@
 //!   `request_id` (its answer is recorded), no dry run, no local fallback decision;
 //! - an entry lives at most [`MAX_LIFE_MS`], so a flood still reaches the limiter about once a
 //!   second per bucket (the dashboards' active keys see it);
+//! - a settled reservation that gives capacity back (`/v1/settle`) is the one exception to
+//!   "none can give it back": the instance that settles drops its entries of those buckets
+//!   ([`DenyCache::forget`]), and a denial whose call was sent before a refund is not
+//!   remembered. Other instances keep theirs for at most their wait, never past
+//!   [`MAX_LIFE_MS`]: for that long they may deny what the refund made room for, never admit
+//!   more than the limit;
 //! - the cache belongs to the compiled tenant ([`super::CompiledTenant`]): every change that
 //!   can add capacity or change an answer (a rule edited, disabled or deleted, the tenant
 //!   suspended, a quota changed) is announced to every instance as a tenant change, which drops
@@ -51,11 +57,15 @@ pub struct DenyCache {
     shards: [Mutex<HashMap<u64, Entry>>; SHARDS],
     /// Keyed at random per cache: a client cannot choose checks whose identities collide.
     hasher: std::collections::hash_map::RandomState,
+    /// Refunds so far ([`DenyCache::forget`]).
+    refunds: std::sync::atomic::AtomicU64,
 }
 
 /// One remembered denial.
 #[derive(Debug, Clone)]
 struct Entry {
+    /// Each rule's bucket, hashed, so that a refund can find the entries it concerns.
+    buckets: Vec<u64>,
     /// Each rule's cost in the denied check (a gRPC check may charge its rules differently).
     costs: Vec<u64>,
     /// When the check was sent, and until when it is surely denied (the cache's clock, ms).
@@ -161,10 +171,43 @@ impl DenyCache {
         })
     }
 
+    /// How many refunds have dropped entries so far: read before a limiter call, and given
+    /// to [`DenyCache::remember_since`] with its denial.
+    pub fn refunds(&self) -> u64 {
+        self.refunds.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// A settled reservation gave capacity back to `buckets`: every entry of a check of any
+    /// of them is dropped, and denials sent before now are no longer remembered.
+    pub fn forget(&self, buckets: &[String]) {
+        self.refunds
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let ids: Vec<u64> = buckets.iter().map(|b| self.hasher.hash_one(b)).collect();
+        for shard in &self.shards {
+            shard
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .retain(|_, entry| !entry.buckets.iter().any(|b| ids.contains(b)));
+        }
+    }
+
     /// Remembers the limiter's denial of `request`, sent at `sent` (the cache's clock).
     /// Nothing is remembered unless the check qualifies ([`DenyCache::eligible`]) and some
     /// enforced rule denied it with a wait of at least 2 ms.
     pub fn remember(&self, request: &CheckRequest, outcome: &CheckOutcome, sent: i64) {
+        self.remember_since(request, outcome, sent, self.refunds());
+    }
+
+    /// [`DenyCache::remember`], unless a refund has dropped entries since [`DenyCache::refunds`]
+    /// read `refunds` (before the call was sent): the denial may predate the capacity it
+    /// gave back.
+    pub fn remember_since(
+        &self,
+        request: &CheckRequest,
+        outcome: &CheckOutcome,
+        sent: i64,
+        refunds: u64,
+    ) {
         if outcome.allowed || outcome.deduplicated || !Self::eligible(request) {
             return;
         }
@@ -185,6 +228,10 @@ impl DenyCache {
         }
         let identity = self.identity(request);
         let mut shard = self.shard(identity);
+        // Checked under the shard's lock: a refund counts itself before it sweeps a shard.
+        if self.refunds() != refunds {
+            return;
+        }
         let full = shard.len() >= MAX_ENTRIES / SHARDS;
         let due = !shard.is_empty() && shard.len().is_multiple_of(SWEEP_EVERY);
         if (full || due) && !shard.contains_key(&identity) {
@@ -196,6 +243,11 @@ impl DenyCache {
         shard.insert(
             identity,
             Entry {
+                buckets: request
+                    .rules
+                    .iter()
+                    .map(|r| self.hasher.hash_one(&r.key))
+                    .collect(),
                 costs: request.rules.iter().map(|r| r.cost).collect(),
                 sent_ms: sent,
                 until_ms: sent.saturating_add(wait),
@@ -245,6 +297,7 @@ mod tests {
             now_ms: Some(now),
             dry_run,
             max_live_keys: None,
+            reserve: None,
         }
     }
 

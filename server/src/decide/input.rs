@@ -9,6 +9,10 @@ use app::rules::{check_text, normal_route, MAX_COST};
 use app::simulate::SimulateInput;
 use serde::Deserialize;
 
+use crate::limiter::{
+    keys, DEFAULT_RESERVATION_TTL_MS, MAX_RESERVATION_TTL_MS, MIN_RESERVATION_TTL_MS,
+};
+
 /// The longest `request_id`.
 pub const MAX_REQUEST_ID_BYTES: usize = 128;
 
@@ -140,6 +144,8 @@ struct CheckBody<'a> {
     subject: Option<Text<'a>>,
     #[serde(borrow)]
     request_id: Option<Text<'a>>,
+    /// `/v1/reserve` only.
+    ttl_ms: Option<serde_json::Number>,
 }
 
 /// A string field of the body: serde borrows a `Cow` only where it is the field's whole type,
@@ -159,6 +165,38 @@ impl std::ops::Deref for Text<'_> {
 impl CheckInput {
     /// Parses the JSON body of a check.
     pub fn parse_json(bytes: &[u8]) -> Result<Self, InputError> {
+        let (input, ttl) = Self::parse_body(bytes)?;
+        if ttl.is_some() {
+            return Err(invalid(
+                "ttl_ms",
+                "`ttl_ms` belongs to POST /v1/reserve; a check keeps nothing to settle",
+            ));
+        }
+        Ok(input)
+    }
+
+    /// Parses the JSON body of `/v1/reserve`: a check's fields and `ttl_ms`, how long the
+    /// reservation waits to be settled ([`DEFAULT_RESERVATION_TTL_MS`] when not given).
+    pub fn parse_reserve_json(bytes: &[u8]) -> Result<(Self, u64), InputError> {
+        let (input, ttl) = Self::parse_body(bytes)?;
+        let ttl_ms = match ttl {
+            None => DEFAULT_RESERVATION_TTL_MS,
+            Some(n) => n
+                .as_u64()
+                .filter(|t| (MIN_RESERVATION_TTL_MS..=MAX_RESERVATION_TTL_MS).contains(t))
+                .ok_or_else(|| {
+                    invalid(
+                        "ttl_ms",
+                        format!(
+                            "`ttl_ms` must be a whole number of ms from {MIN_RESERVATION_TTL_MS} to {MAX_RESERVATION_TTL_MS} (an hour), not {n}"
+                        ),
+                    )
+                })?,
+        };
+        Ok((input, ttl_ms))
+    }
+
+    fn parse_body(bytes: &[u8]) -> Result<(Self, Option<serde_json::Number>), InputError> {
         let body: CheckBody<'_> = serde_json::from_slice(bytes)
             .map_err(|e| invalid("body", format!("invalid JSON body: {e}")))?;
         let route = body.route.ok_or_else(|| {
@@ -167,7 +205,7 @@ impl CheckInput {
                 "`route` is required, e.g. \"POST /transfers/{id}\"",
             )
         })?;
-        Ok(Self {
+        let input = Self {
             route: Route::parse(&route)?,
             cost: body.cost.as_ref().map_or(Ok(Cost::ONE), Cost::from_json)?,
             subject: body.subject.as_deref().map(Subject::parse).transpose()?,
@@ -176,7 +214,8 @@ impl CheckInput {
                 .as_deref()
                 .map(RequestId::parse)
                 .transpose()?,
-        })
+        };
+        Ok((input, body.ttl_ms))
     }
 
     /// A simulation's input: the fields of a check, without a request id.
@@ -197,6 +236,53 @@ impl CheckInput {
             subject: subject.map(Subject::parse).transpose()?,
             request_id: None,
         })
+    }
+}
+
+/// A validated `/v1/settle`: which reservation, and its final cost (0 to [`MAX_COST`]: 0
+/// gives the whole estimate back).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SettleInput {
+    pub reservation: String,
+    pub cost: u64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SettleBody {
+    reservation: Option<String>,
+    cost: Option<serde_json::Number>,
+}
+
+impl SettleInput {
+    pub fn parse_json(bytes: &[u8]) -> Result<Self, InputError> {
+        let body: SettleBody = serde_json::from_slice(bytes)
+            .map_err(|e| invalid("body", format!("invalid JSON body: {e}")))?;
+        let reservation = body.reservation.ok_or_else(|| {
+            invalid(
+                "reservation",
+                "`reservation` is required: the id /v1/reserve answered",
+            )
+        })?;
+        if !keys::is_reservation_id(&reservation) {
+            return Err(invalid(
+                "reservation",
+                "`reservation` must be the id /v1/reserve answered (32 hex digits)",
+            ));
+        }
+        let cost = body.cost.ok_or_else(|| {
+            invalid(
+                "cost",
+                "`cost` is required: the request's final cost (0 gives the whole estimate back)",
+            )
+        })?;
+        let cost = cost.as_u64().filter(|c| *c <= MAX_COST).ok_or_else(|| {
+            invalid(
+                "cost",
+                format!("`cost` must be a whole number from 0 to {MAX_COST}, not {cost}"),
+            )
+        })?;
+        Ok(Self { reservation, cost })
     }
 }
 

@@ -34,12 +34,14 @@ pub use deny_cache::DenyCache;
 pub use error::DecideError;
 pub use identity::{Identities, UsageRecorder};
 pub use input::{
-    CheckInput, Descriptor, InputError, LimitOverride, Route, Subject, MAX_DESCRIPTORS,
+    CheckInput, Descriptor, InputError, LimitOverride, Route, SettleInput, Subject, MAX_DESCRIPTORS,
 };
 pub use tenant::{CompiledTenant, MAX_RULES_PER_MATCH};
 
 use crate::dashboard::LiveInstances;
-use crate::limiter::{CheckRequest, Limiter, LimiterError, MemoryBackend};
+use crate::limiter::{
+    keys, CheckRequest, Limiter, LimiterError, MemoryBackend, Reserve, Settlement,
+};
 use crate::store::rules::Rule;
 use crate::telemetry::{Metrics, Outcome};
 
@@ -70,6 +72,8 @@ pub struct Decided {
     /// Decided in this instance's memory with its share of each limit, because the limiter
     /// could not decide and the rules fail `local`.
     pub local: bool,
+    /// The reservation an admitted `/v1/reserve` made, to settle later ([`Decider::settle`]).
+    pub reservation: Option<String>,
 }
 
 impl Decided {
@@ -136,6 +140,58 @@ impl Decider {
         input: &CheckInput,
         mode: Mode,
     ) -> Result<Answer, DecideError> {
+        self.decide_check(tenant, input, mode, None).await
+    }
+
+    /// [`Decider::decide`], keeping what an admitted check charges as a reservation for
+    /// `ttl_ms` (`/v1/reserve`): its id is in [`Decided::reservation`]. A check the limiter
+    /// could not decide makes none (failed open, or decided `local` in this instance).
+    pub async fn reserve(
+        &self,
+        tenant: &CompiledTenant,
+        input: &CheckInput,
+        ttl_ms: u64,
+    ) -> Result<Answer, DecideError> {
+        self.decide_check(tenant, input, Mode::Enforce, Some(ttl_ms))
+            .await
+    }
+
+    /// Settles `tenant`'s reservation `id` at its final `cost`
+    /// ([`Limiter::settle`]). A refund gives capacity back, which the deny cache assumes
+    /// never happens: this instance's cached denials of those buckets are dropped.
+    pub async fn settle(
+        &self,
+        tenant: &CompiledTenant,
+        id: &str,
+        cost: u64,
+    ) -> Result<Settlement, DecideError> {
+        let tenant_id = tenant.tenant.id.as_str();
+        let settlement = self
+            .limiter
+            .settle(tenant_id, id, cost, None, tenant.max_live_buckets.is_some())
+            .await?;
+        if let Settlement::Settled {
+            estimate,
+            cost,
+            repeated: false,
+            buckets,
+        } = &settlement
+        {
+            if cost < estimate {
+                tenant.denials.forget(buckets);
+            }
+            self.metrics.settled(*estimate, *cost);
+        }
+        Ok(settlement)
+    }
+
+    async fn decide_check(
+        &self,
+        tenant: &CompiledTenant,
+        input: &CheckInput,
+        mode: Mode,
+        reserve_ttl_ms: Option<u64>,
+    ) -> Result<Answer, DecideError> {
         let mut rules = tenant.resolve(input.route.as_str());
         if let Some(subject) = &input.subject {
             tenant.apply_overrides(&mut rules, subject.as_str());
@@ -143,8 +199,16 @@ impl Decider {
         let checks = plan::rule_checks(&tenant.tenant.id, &rules, input)?;
         let request_id = input.request_id.as_ref().map(|r| r.as_str().to_owned());
         let subjects = Subjects::Check(input.subject.as_ref());
-        self.decide_planned(tenant, rules, checks, subjects, request_id, mode)
-            .await
+        self.decide_planned(
+            tenant,
+            rules,
+            checks,
+            subjects,
+            request_id,
+            mode,
+            reserve_ttl_ms,
+        )
+        .await
     }
 
     /// Decides Envoy descriptors (gRPC `ShouldRateLimit`): each resolves to its descriptor
@@ -160,12 +224,22 @@ impl Decider {
     ) -> Result<(Answer, Vec<Vec<usize>>), DecideError> {
         let (rules, checks, owners, subjects) = plan::descriptor_checks(tenant, descriptors)?;
         let answer = self
-            .decide_planned(tenant, rules, checks, Subjects::Each(&subjects), None, mode)
+            .decide_planned(
+                tenant,
+                rules,
+                checks,
+                Subjects::Each(&subjects),
+                None,
+                mode,
+                None,
+            )
             .await?;
         Ok((answer, owners))
     }
 
-    /// Decides `rules`, already matched and planned as `checks`, in one limiter call.
+    /// Decides `rules`, already matched and planned as `checks`, in one limiter call; with
+    /// `reserve_ttl_ms`, an admitted check is kept as a reservation that long.
+    #[allow(clippy::too_many_arguments)]
     async fn decide_planned(
         &self,
         tenant: &CompiledTenant,
@@ -174,6 +248,7 @@ impl Decider {
         subjects: Subjects<'_>,
         request_id: Option<String>,
         mode: Mode,
+        reserve_ttl_ms: Option<u64>,
     ) -> Result<Answer, DecideError> {
         let counted = mode == Mode::Enforce;
         let tenant_id = tenant.tenant.id.as_str();
@@ -183,17 +258,30 @@ impl Decider {
             }
             return Ok(Answer::NoRule);
         }
-        let request = CheckRequest {
+        let mut request = CheckRequest {
             tenant: tenant_id.to_owned(),
             rules: checks,
             request_id,
             now_ms: None,
             dry_run: mode == Mode::DryRun,
             max_live_keys: tenant.max_live_buckets,
+            reserve: None,
         };
+        if let Some(ttl_ms) = reserve_ttl_ms.filter(|_| mode != Mode::DryRun) {
+            // Set first, so that the idempotency record's key (and so a request_id's
+            // reservation id) says this is a reservation.
+            request.reserve = Some(Reserve {
+                id: String::new(),
+                ttl_ms,
+            });
+            let reply_key = request.request_id.is_some().then(|| request.reply_key());
+            let id = keys::reservation_id(reply_key.as_deref());
+            request.reserve = Some(Reserve { id, ttl_ms });
+        }
         // A check the limiter has just denied, and surely would again, is denied here.
         let cacheable = mode != Mode::DryRun && DenyCache::eligible(&request);
         let sent = DenyCache::clock(&request);
+        let refunds = tenant.denials.refunds();
         if cacheable {
             if let Some(denial) = tenant.denials.denied(&request, sent) {
                 return Ok(self.denied_here(tenant_id, rules, subjects, denial, counted));
@@ -244,7 +332,9 @@ impl Decider {
             .into());
         }
         if cacheable {
-            tenant.denials.remember(&request, &outcome, sent);
+            tenant
+                .denials
+                .remember_since(&request, &outcome, sent, refunds);
         }
         let deciding = plan::deciding_rule(&rules, &outcome.decisions, outcome.allowed);
         if counted {
@@ -262,6 +352,10 @@ impl Decider {
                     .denied(tenant_id, &rules[deciding], subjects.of(&rules, deciding));
             }
         }
+        let reservation = request
+            .reserve
+            .filter(|_| outcome.allowed)
+            .map(|reserve| reserve.id);
         Ok(Answer::Decided(Decided {
             allowed: outcome.allowed,
             rules,
@@ -269,6 +363,7 @@ impl Decider {
             deciding,
             now_ms: outcome.now_ms,
             local: false,
+            reservation,
         }))
     }
 
@@ -295,6 +390,7 @@ impl Decider {
             deciding,
             now_ms: denial.now_ms,
             local: false,
+            reservation: None,
         })
     }
 
@@ -401,6 +497,8 @@ impl Decider {
             // This instance's own buckets for the length of an outage, held to the tenant's
             // quota like those in the shared store.
             max_live_keys: request.max_live_keys,
+            // Nothing to settle: the caller is told no reservation was made.
+            reserve: None,
         };
         let all = rules;
         let rules: Vec<Arc<Rule>> = picked.iter().map(|&i| rules[i].clone()).collect();
@@ -438,6 +536,7 @@ impl Decider {
             deciding,
             now_ms: outcome.now_ms,
             local: true,
+            reservation: None,
         }))
     }
 }

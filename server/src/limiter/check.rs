@@ -49,6 +49,40 @@ impl LimiterError {
     }
 }
 
+/// A reservation's TTL when `/v1/reserve` names none.
+pub const DEFAULT_RESERVATION_TTL_MS: u64 = 60_000;
+/// The shortest and longest a reservation may be kept unsettled.
+pub const MIN_RESERVATION_TTL_MS: u64 = 1_000;
+pub const MAX_RESERVATION_TTL_MS: u64 = 60 * 60 * 1000;
+/// How long a settled reservation is kept, so that settling it again is answered the same.
+pub const SETTLED_TTL: Duration = REQUEST_ID_TTL;
+
+/// Makes an admitted check a reservation (`/v1/reserve`): what each rule was charged, and
+/// where, is kept under `id` for `ttl_ms`, for [`crate::limiter::Limiter::settle`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reserve {
+    /// 32 hex digits ([`keys::reservation`]).
+    pub id: String,
+    pub ttl_ms: u64,
+}
+
+/// What settling a reservation did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Settlement {
+    /// No such reservation for this tenant: never made, or expired unsettled (its estimate
+    /// stays charged).
+    Unknown,
+    /// `estimate` was charged when it was made; `cost` is its final cost. `repeated`: it had
+    /// been settled before, at `cost`, and nothing changed now. `buckets`: the buckets it
+    /// charged.
+    Settled {
+        estimate: u64,
+        cost: u64,
+        repeated: bool,
+        buckets: Vec<String>,
+    },
+}
+
 /// One rule of a check: its bucket key ([`keys::bucket`]), its parameters, and the cost.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RuleCheck {
@@ -77,6 +111,8 @@ pub struct CheckRequest {
     /// a check that would create one past it is refused ([`LimiterError::OverQuota`]).
     /// `None`: no quota (the console's own limits, the local fallback).
     pub max_live_keys: Option<u64>,
+    /// Keep what an admitted check charged, to settle later (not in a dry run).
+    pub reserve: Option<Reserve>,
 }
 
 /// The decision for one request.
@@ -98,6 +134,11 @@ impl CheckRequest {
     /// reusing an id for a different request is a new decision, never someone else's answer.
     pub fn reply_key(&self) -> String {
         let mut identity = self.request_id.clone().unwrap_or_default();
+        // A reservation is another request than a check with the same id, and its id (made
+        // from this record's key) must not depend on its TTL: only whether it is one counts.
+        if self.reserve.is_some() {
+            identity.push_str("\nreserve");
+        }
         for rule in &self.rules {
             let s = &rule.spec;
             identity.push_str(&format!(
@@ -121,6 +162,20 @@ impl CheckRequest {
         let invalid = |m: String| Err(LimiterError::Invalid(m));
         if self.dry_run && self.request_id.is_some() {
             return invalid("a dry run takes no request_id".into());
+        }
+        if let Some(reserve) = &self.reserve {
+            if self.dry_run {
+                return invalid("a dry run makes no reservation".into());
+            }
+            if !(MIN_RESERVATION_TTL_MS..=MAX_RESERVATION_TTL_MS).contains(&reserve.ttl_ms) {
+                return invalid(format!(
+                    "a reservation lives {MIN_RESERVATION_TTL_MS} to {MAX_RESERVATION_TTL_MS} ms, not {}",
+                    reserve.ttl_ms
+                ));
+            }
+            if !keys::is_reservation_id(&reserve.id) {
+                return invalid(format!("{:?} is not a reservation id", reserve.id));
+            }
         }
         if self.rules.is_empty() || self.rules.len() > MAX_RULES {
             return invalid(format!(
@@ -200,6 +255,7 @@ mod tests {
             now_ms: None,
             dry_run: false,
             max_live_keys: None,
+            reserve: None,
         };
         assert!(request("sl:{t1}:r:*").validate().is_ok());
         assert!(matches!(

@@ -18,8 +18,12 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use app::rules::model::{self, RuleInput, State};
+use app::rules::LimitSpec;
 
-use super::check::{CheckOutcome, CheckRequest, LimiterError, REQUEST_ID_TTL};
+use super::check::{
+    CheckOutcome, CheckRequest, LimiterError, Settlement, REQUEST_ID_TTL, SETTLED_TTL,
+};
+use crate::redis_client::keys;
 
 /// Number of independently locked shards.
 pub const SHARDS: usize = 64;
@@ -59,10 +63,22 @@ fn add(counts: &mut HashMap<String, u64>, tenant: &str, n: u64) {
     }
 }
 
+/// What a reservation charged, as `lua/check.lua` records it.
+#[derive(Debug, Clone)]
+struct Reservation {
+    /// Per bucket written: its key, parameters, cost charged, and where the charge went
+    /// ([`model::charge_mark`]).
+    charged: Vec<(String, LimitSpec, u64, f64)>,
+    estimate: u64,
+    /// The final cost, once settled.
+    settled: Option<u64>,
+}
+
 #[derive(Default)]
 struct Shard {
     buckets: HashMap<String, (State, i64)>,
     replies: HashMap<String, (CheckOutcome, i64)>,
+    reservations: HashMap<String, (Reservation, i64)>,
     writes: u32,
 }
 
@@ -88,6 +104,8 @@ impl Shard {
         self.buckets
             .retain(|key, (_, expires)| drop_expired(key, *expires));
         self.replies
+            .retain(|key, (_, expires)| drop_expired(key, *expires));
+        self.reservations
             .retain(|key, (_, expires)| drop_expired(key, *expires));
         self.writes = 0;
         if removed.is_empty() {
@@ -176,6 +194,11 @@ impl MemoryBackend {
 
     fn check_at(&self, request: &CheckRequest, now: i64) -> Result<CheckOutcome, LimiterError> {
         let reply_key = request.request_id.as_deref().map(|_| request.reply_key());
+        let reservation = request
+            .reserve
+            .as_ref()
+            .filter(|_| !request.dry_run)
+            .map(|r| (keys::reservation(&request.tenant, &r.id), r.ttl_ms));
 
         let mut order: Vec<usize> = request
             .rules
@@ -183,6 +206,7 @@ impl MemoryBackend {
             .map(|r| self.shard_of(&r.key))
             .collect();
         order.extend(reply_key.as_deref().map(|k| self.shard_of(k)));
+        order.extend(reservation.as_ref().map(|(k, _)| self.shard_of(k)));
         order.sort_unstable();
         order.dedup();
         let mut guards: Vec<(usize, MutexGuard<'_, Shard>)> =
@@ -197,6 +221,7 @@ impl MemoryBackend {
         };
         let rule_guards: Vec<usize> = request.rules.iter().map(|r| position(&r.key)).collect();
         let reply_guard = reply_key.as_deref().map(position);
+        let reservation_guard = reservation.as_ref().map(|(k, _)| position(k));
 
         if let (Some(key), Some(g)) = (&reply_key, reply_guard) {
             if let Some((reply, expires)) = guards[g].1.replies.get(key) {
@@ -247,6 +272,10 @@ impl MemoryBackend {
         if let (Some(key), Some(g)) = (&reply_key, reply_guard) {
             fresh += u64::from(!guards[g].1.replies.contains_key(key));
         }
+        let reservation = reservation.filter(|_| result.allowed);
+        if let (Some((key, _)), Some(g)) = (&reservation, reservation_guard) {
+            fresh += u64::from(!guards[g].1.reservations.contains_key(key));
+        }
         if fresh > 0 {
             let mut counts = lock(&self.counts);
             let live = counts.get(&request.tenant).copied().unwrap_or(0);
@@ -260,6 +289,27 @@ impl MemoryBackend {
                 }
             }
             add(&mut counts, &request.tenant, fresh);
+        }
+        if let (Some((key, ttl)), Some(g)) = (reservation, reservation_guard) {
+            let charged = request
+                .rules
+                .iter()
+                .zip(&writes)
+                .filter_map(|(rule, write)| {
+                    let (state, _) = write.as_ref()?;
+                    let mark = model::charge_mark(state);
+                    Some((rule.key.clone(), rule.spec, rule.cost, mark))
+                })
+                .collect();
+            let record = Reservation {
+                charged,
+                estimate: request.rules[0].cost,
+                settled: None,
+            };
+            let expires = now.saturating_add(i64::try_from(ttl).unwrap_or(i64::MAX));
+            let shard = &mut guards[g].1;
+            shard.reservations.insert(key, (record, expires));
+            shard.wrote(now, &self.counts);
         }
         for ((rule, &g), write) in request.rules.iter().zip(&rule_guards).zip(writes) {
             if let Some((state, ttl)) = write {
@@ -284,6 +334,89 @@ impl MemoryBackend {
             shard.wrote(now, &self.counts);
         }
         Ok(outcome)
+    }
+
+    /// Settles `tenant`'s reservation `id` at `cost` (see `lua/settle.lua`, which this
+    /// mirrors): every bucket it charged in one step, under all their shards' locks.
+    pub fn settle(&self, tenant: &str, id: &str, cost: u64, now_ms: Option<i64>) -> Settlement {
+        let now = now_ms.unwrap_or_else(crate::store::now_ms);
+        let record_key = keys::reservation(tenant, id);
+        let record_shard = self.shard_of(&record_key);
+        // The buckets it charged, to lock their shards in order with the record's.
+        let buckets: Vec<String> = match lock(&self.shards[record_shard])
+            .reservations
+            .get(&record_key)
+        {
+            Some((record, expires)) if *expires > now => {
+                record.charged.iter().map(|c| c.0.clone()).collect()
+            }
+            _ => return Settlement::Unknown,
+        };
+        let mut order: Vec<usize> = buckets.iter().map(|k| self.shard_of(k)).collect();
+        order.push(record_shard);
+        order.sort_unstable();
+        order.dedup();
+        let mut guards: Vec<(usize, MutexGuard<'_, Shard>)> =
+            order.iter().map(|&i| (i, lock(&self.shards[i]))).collect();
+        let guard_of = |shard: usize| {
+            order
+                .iter()
+                .position(|&i| i == shard)
+                .expect("every shard used is locked")
+        };
+        let record_guard = guard_of(record_shard);
+        // Read again under every lock: it may have been settled or have expired meanwhile.
+        let record = match guards[record_guard].1.reservations.get(&record_key) {
+            Some((record, expires)) if *expires > now => record.clone(),
+            _ => return Settlement::Unknown,
+        };
+        if let Some(first) = record.settled {
+            return Settlement::Settled {
+                estimate: record.estimate,
+                cost: first,
+                repeated: true,
+                buckets,
+            };
+        }
+        let mut created = 0;
+        for (key, spec, charged, mark) in &record.charged {
+            let shard = &mut guards[guard_of(self.shard_of(key))].1;
+            let state = match shard.buckets.get(key) {
+                Some((state, expires)) if *expires > now => Some(state),
+                _ => None,
+            };
+            if let Some((state, ttl)) =
+                model::settle(spec, state, *charged as f64, *mark, now, cost)
+            {
+                let expires = now.saturating_add(i64::try_from(ttl).unwrap_or(i64::MAX));
+                if shard
+                    .buckets
+                    .insert(key.clone(), (state, expires))
+                    .is_none()
+                {
+                    created += 1;
+                }
+                shard.wrote(now, &self.counts);
+            }
+        }
+        if created > 0 {
+            add(&mut lock(&self.counts), tenant, created);
+        }
+        let expires = now.saturating_add(SETTLED_TTL.as_millis() as i64);
+        let settled = Reservation {
+            settled: Some(cost),
+            ..record
+        };
+        guards[record_guard]
+            .1
+            .reservations
+            .insert(record_key, (settled.clone(), expires));
+        Settlement::Settled {
+            estimate: settled.estimate,
+            cost,
+            repeated: false,
+            buckets,
+        }
     }
 
     /// Removes the bucket `key` (a reset: its next check starts it afresh) and takes it off
@@ -349,7 +482,7 @@ impl MemoryBackend {
             .iter()
             .map(|s| {
                 let shard = lock(s);
-                shard.buckets.len() + shard.replies.len()
+                shard.buckets.len() + shard.replies.len() + shard.reservations.len()
             })
             .sum()
     }

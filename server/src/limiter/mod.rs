@@ -13,7 +13,9 @@ mod memory;
 mod redis_backend;
 
 pub use check::{
-    BackendKind, CheckOutcome, CheckRequest, LimiterError, RuleCheck, MAX_RULES, REQUEST_ID_TTL,
+    BackendKind, CheckOutcome, CheckRequest, LimiterError, Reserve, RuleCheck, Settlement,
+    DEFAULT_RESERVATION_TTL_MS, MAX_RESERVATION_TTL_MS, MAX_RULES, MIN_RESERVATION_TTL_MS,
+    REQUEST_ID_TTL, SETTLED_TTL,
 };
 pub use memory::MemoryBackend;
 pub use redis_backend::{check_script_sha, ActiveMarks};
@@ -97,6 +99,39 @@ impl Limiter {
                     })
                     .await?;
                 Ok(existed > 0)
+            }
+        }
+    }
+
+    /// Settles `tenant`'s reservation `id` (made by a check with [`CheckRequest::reserve`])
+    /// at its final `cost`, on every bucket it charged in one step: the unused part of its
+    /// estimate is given back, an overrun charged ([`app::rules::model::settle`] says how,
+    /// per algorithm). A second settle changes nothing and reports the first one's cost.
+    /// `now_ms`: an explicit clock (tests); `quota`: whether the tenant has a quota of live
+    /// keys (a bucket an overrun creates is entered in it).
+    pub async fn settle(
+        &self,
+        tenant: &str,
+        id: &str,
+        cost: u64,
+        now_ms: Option<i64>,
+        quota: bool,
+    ) -> Result<Settlement, LimiterError> {
+        if !keys::is_reservation_id(id) {
+            return Err(LimiterError::Invalid(format!(
+                "{id:?} is not a reservation id"
+            )));
+        }
+        if cost > app::rules::MAX_COST {
+            return Err(LimiterError::Invalid(format!(
+                "cost must be between 0 and {}, not {cost}",
+                app::rules::MAX_COST
+            )));
+        }
+        match self {
+            Limiter::InProcess(memory) => Ok(memory.settle(tenant, id, cost, now_ms)),
+            Limiter::Redis(redis, _) => {
+                redis_backend::settle(redis, tenant, id, cost, now_ms, quota).await
             }
         }
     }

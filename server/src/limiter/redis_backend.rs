@@ -10,12 +10,17 @@ use app::rules::model::{Decision, Verdict};
 use app::rules::Algorithm;
 use redis::Value;
 
-use super::check::{CheckOutcome, CheckRequest, LimiterError, MAX_RULES, REQUEST_ID_TTL};
+use super::check::{
+    CheckOutcome, CheckRequest, LimiterError, Settlement, MAX_RULES, REQUEST_ID_TTL, SETTLED_TTL,
+};
 use crate::redis_client::{keys, RedisClient};
 
 /// The check script, hashed once.
 static CHECK: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(CHECK_SOURCE));
 const CHECK_SOURCE: &str = include_str!("../../../lua/check.lua");
+/// The settle script.
+static SETTLE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(SETTLE_SOURCE));
+const SETTLE_SOURCE: &str = include_str!("../../../lua/settle.lua");
 
 /// Runs the check script for `request`.
 ///
@@ -196,13 +201,16 @@ fn add_script_args(
     unmarked: &str,
 ) {
     let n = request.rules.len();
-    cmd.arg(n + 3);
+    cmd.arg(n + 3 + usize::from(request.reserve.is_some()));
     for rule in &request.rules {
         cmd.arg(&rule.key);
     }
     cmd.arg(dedup_key)
         .arg(keys::active(&request.tenant, minute))
         .arg(keys::live_index(&request.tenant));
+    if let Some(reserve) = &request.reserve {
+        cmd.arg(keys::reservation(&request.tenant, &reserve.id));
+    }
     match request.now_ms {
         Some(now) => cmd.arg(now),
         None => cmd.arg(""),
@@ -223,6 +231,81 @@ fn add_script_args(
         None => cmd.arg(-1),
     };
     cmd.arg(unmarked);
+    if let Some(reserve) = &request.reserve {
+        cmd.arg(reserve.ttl_ms);
+    }
+}
+
+/// One bucket a reservation charged, as `lua/check.lua` recorded it (only its key is read
+/// here; the script reads the rest).
+#[derive(serde::Deserialize)]
+struct Charged {
+    k: String,
+}
+
+/// Settles reservation `id` of `tenant` at `cost`: reads which buckets it charged, then runs
+/// `lua/settle.lua` on them and the record in one step (the script checks the record still
+/// names them). `quota`: whether the tenant has a quota of live keys.
+pub async fn settle(
+    redis: &RedisClient,
+    tenant: &str,
+    id: &str,
+    cost: u64,
+    now_ms: Option<i64>,
+    quota: bool,
+) -> Result<Settlement, LimiterError> {
+    let bad = |what: String| LimiterError::Protocol(format!("settle: {what}"));
+    let record = keys::reservation(tenant, id);
+    let raw: Option<String> = redis
+        .query_routed(redis::cmd("HGET").arg(&record).arg("r"), Some(&record))
+        .await?;
+    let Some(raw) = raw else {
+        return Ok(Settlement::Unknown);
+    };
+    let charged: Vec<Charged> =
+        serde_json::from_str(&raw).map_err(|e| bad(format!("unreadable record: {e}")))?;
+    let buckets: Vec<String> = charged.into_iter().map(|c| c.k).collect();
+    let index = keys::live_index(tenant);
+    let reply: Vec<Value> = redis
+        .run_script(&SETTLE, SETTLE_SOURCE, &record, |cmd| {
+            cmd.arg(2 + buckets.len()).arg(&record).arg(&index);
+            for bucket in &buckets {
+                cmd.arg(bucket);
+            }
+            cmd.arg(cost);
+            match now_ms {
+                Some(now) => cmd.arg(now),
+                None => cmd.arg(""),
+            };
+            cmd.arg(SETTLED_TTL.as_millis() as u64).arg(u8::from(quota));
+        })
+        .await?;
+    let number = |v: &Value| -> Result<u64, LimiterError> {
+        match v {
+            Value::Int(i) => u64::try_from(*i).map_err(|_| bad(format!("negative {i}"))),
+            Value::BulkString(bytes) => std::str::from_utf8(bytes)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| bad("expected a number".into())),
+            other => Err(bad(format!("expected a number, not {other:?}"))),
+        }
+    };
+    match reply.as_slice() {
+        [status] if number(status)? == 0 => Ok(Settlement::Unknown),
+        [status, estimate] if number(status)? == 1 => Ok(Settlement::Settled {
+            estimate: number(estimate)?,
+            cost,
+            repeated: false,
+            buckets,
+        }),
+        [status, estimate, first] if number(status)? == 2 => Ok(Settlement::Settled {
+            estimate: number(estimate)?,
+            cost: number(first)?,
+            repeated: true,
+            buckets,
+        }),
+        other => Err(bad(format!("unexpected reply {other:?}"))),
+    }
 }
 
 /// The first item of the reply of a call refused by the tenant's quota.
@@ -338,6 +421,7 @@ mod tests {
                 now_ms,
                 dry_run: false,
                 max_live_keys: None,
+                reserve: None,
             })
     }
 
@@ -357,6 +441,7 @@ mod tests {
             now_ms: None,
             dry_run: false,
             max_live_keys: None,
+            reserve: None,
         };
         let unmarked = |minute, request: &CheckRequest| {
             marks

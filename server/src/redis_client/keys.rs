@@ -114,6 +114,27 @@ pub fn live_index(tenant: &str) -> String {
     format!("slb:{{{tenant}}}")
 }
 
+/// A reservation of `/v1/reserve`: what each rule was charged, for `/v1/settle`:
+/// `slv:{<tenant>}:<id>`.
+pub fn reservation(tenant: &str, id: &str) -> String {
+    format!("slv:{{{tenant}}}:{id}")
+}
+
+/// Whether `id` has the form of a reservation id: 32 lowercase hex digits.
+pub fn is_reservation_id(id: &str) -> bool {
+    id.len() == 32 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// A reservation id: for a request with a caller's `request_id`, derived from its idempotency
+/// record's key (`reply_key`), so a retry answered from that record names the same
+/// reservation; otherwise 32 random hex digits.
+pub fn reservation_id(reply_key: Option<&str>) -> String {
+    match reply_key {
+        Some(key) => short_hash(&format!("reservation\n{key}")),
+        None => hex::encode(rand::random::<[u8; 16]>()),
+    }
+}
+
 /// The idempotency record of one request id: `slr:{<tenant>}:<hash of the id>`.
 pub fn request(tenant: &str, request_id: &str) -> String {
     format!("slr:{{{tenant}}}:{}", short_hash(request_id))

@@ -45,6 +45,10 @@ pub struct Metrics {
     /// Checks decided in process because the limiter could not decide (`local` rules).
     local_decisions: IntCounter,
     cached_denials: IntCounter,
+    /// Reservations settled, by `result`: `refund`, `overrun` or `exact`.
+    settlements: IntCounterVec,
+    /// Units settling gave back (`refunded`) or charged beyond the estimate (`overrun`).
+    settled_units: IntCounterVec,
     /// Loads of keys and tenants from the store (cache misses and refreshes, coalesced).
     cache_loads: IntCounterVec,
     /// Subscriptions to admin changes made (the first, and each after a lost one).
@@ -229,6 +233,16 @@ impl Metrics {
             "Checks denied by this instance's deny cache without a limiter call, because the limiter had just denied the same check and its capacity cannot have come back yet (each is also counted in decisions_total).",
         )
         .expect("valid metric");
+        let settlements = counter(
+            "settlements_total",
+            "Reservations settled (POST /v1/settle, repeats not counted), by result: refund (final cost below the estimate), overrun (above it) or exact.",
+            &["result"],
+        );
+        let settled_units = counter(
+            "settled_units_total",
+            "Cost units settling gave back (refunded) or charged beyond the estimate (overrun), once per reservation however many rules it charged.",
+            &["direction"],
+        );
         let cache_loads = counter(
             "cache_loads_total",
             "Keys and tenants loaded from the store (one per id at a time, however many checks miss it).",
@@ -248,6 +262,8 @@ impl Metrics {
             Box::new(http_in_flight.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(local_decisions.clone()),
             Box::new(cached_denials.clone()),
+            Box::new(settlements.clone()),
+            Box::new(settled_units.clone()),
             Box::new(cache_loads.clone()),
             Box::new(change_subscriptions.clone()),
             Box::new(redis_breaker_open.clone()),
@@ -285,6 +301,8 @@ impl Metrics {
             redis_breaker_refused,
             local_decisions,
             cached_denials,
+            settlements,
+            settled_units,
             cache_loads,
             change_subscriptions,
             http_in_flight,
@@ -406,6 +424,19 @@ impl Metrics {
     /// Counts one check denied from the deny cache.
     pub fn cached_denial(&self) {
         self.cached_denials.inc();
+    }
+
+    /// Counts one reservation settled at `cost` whose estimate was `estimate`.
+    pub fn settled(&self, estimate: u64, cost: u64) {
+        let (result, direction, units) = match cost.cmp(&estimate) {
+            std::cmp::Ordering::Less => ("refund", "refunded", estimate - cost),
+            std::cmp::Ordering::Greater => ("overrun", "overrun", cost - estimate),
+            std::cmp::Ordering::Equal => ("exact", "refunded", 0),
+        };
+        self.settlements.with_label_values(&[result]).inc();
+        self.settled_units
+            .with_label_values(&[direction])
+            .inc_by(units);
     }
 
     /// Counts one load of `cache` (`key` or `tenant`) from the store.

@@ -23,7 +23,8 @@ use super::credentials::presented_key;
 use super::error::ApiError;
 use super::ops::method_label;
 use super::state::AppState;
-use crate::decide::{Answer, CheckInput, Mode};
+use crate::decide::{Answer, CheckInput, Mode, SettleInput};
+use crate::limiter::Settlement;
 use crate::store::rules::Rule;
 
 /// The largest accepted request body.
@@ -46,6 +47,17 @@ pub struct CheckResponse<'a> {
     /// `local` (decided in this instance with its share of the limit).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub degraded: Option<&'static str>,
+    /// `/v1/reserve` only: the reservation an admitted request made, to settle with
+    /// `/v1/settle`. Absent when nothing was charged in the shared limiter (no rule applied,
+    /// failed open, or decided `local`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<&'a str>,
+}
+
+fn too_big() -> ApiError {
+    ApiError::BadRequest(format!(
+        "the body must be a JSON object of at most {MAX_BODY_BYTES} bytes"
+    ))
 }
 
 fn seconds_up(ms: u64) -> u64 {
@@ -99,14 +111,16 @@ async fn decide(
 ) -> Result<Response, ApiError> {
     let key = state.identities.key(presented_key(headers)).await?;
     let tenant = state.identities.check_tenant(&key).await?;
-    let bytes = body.map_err(|_| {
-        ApiError::BadRequest(format!(
-            "the body must be a JSON object of at most {MAX_BODY_BYTES} bytes"
-        ))
-    })?;
+    let bytes = body.map_err(|_| too_big())?;
     let input = CheckInput::parse_json(&bytes).map_err(|e| ApiError::BadRequest(e.message))?;
-    match state.decider.decide(&tenant, &input, Mode::Enforce).await? {
-        Answer::NoRule => Ok(Json(CheckResponse {
+    let answer = state.decider.decide(&tenant, &input, Mode::Enforce).await?;
+    Ok(answer_response(&answer))
+}
+
+/// The answer of `/v1/check` and `/v1/reserve`.
+fn answer_response(answer: &Answer) -> Response {
+    match answer {
+        Answer::NoRule => Json(CheckResponse {
             allowed: true,
             policy: None,
             limit: None,
@@ -115,9 +129,10 @@ async fn decide(
             retry_after_ms: None,
             never_fits: false,
             degraded: None,
+            reservation: None,
         })
-        .into_response()),
-        Answer::FailedOpen { policy } => Ok(Json(CheckResponse {
+        .into_response(),
+        Answer::FailedOpen { policy } => Json(CheckResponse {
             allowed: true,
             policy: policy.as_deref(),
             limit: None,
@@ -126,17 +141,30 @@ async fn decide(
             retry_after_ms: None,
             never_fits: false,
             degraded: Some("fail_open"),
+            reservation: None,
         })
-        .into_response()),
+        .into_response(),
         Answer::Decided(decided) => {
             let (rule, decision) = decided.deciding();
-            Ok(respond(rule, decision, decided.allowed, decided.local))
+            respond(
+                rule,
+                decision,
+                decided.allowed,
+                decided.local,
+                decided.reservation.as_deref(),
+            )
         }
     }
 }
 
 /// The answer of a decision; `local` when this instance decided with its share of the limit.
-fn respond(rule: &Rule, decision: &Decision, allowed: bool, local: bool) -> Response {
+fn respond(
+    rule: &Rule,
+    decision: &Decision,
+    allowed: bool,
+    local: bool,
+    reservation: Option<&str>,
+) -> Response {
     let never_fits = decision.verdict == Verdict::NeverFits;
     let remaining = decision.remaining.max(0.0).floor() as u64;
     let body = CheckResponse {
@@ -148,6 +176,7 @@ fn respond(rule: &Rule, decision: &Decision, allowed: bool, local: bool) -> Resp
         retry_after_ms: (!allowed && !never_fits).then_some(decision.retry_after_ms),
         never_fits,
         degraded: local.then_some("local"),
+        reservation,
     };
     let mut bytes = Vec::with_capacity(256);
     if let Err(error) = serde_json::to_writer(&mut bytes, &body) {
@@ -172,6 +201,83 @@ fn respond(rule: &Rule, decision: &Decision, allowed: bool, local: bool) -> Resp
     };
     *response.headers_mut() = headers;
     response
+}
+
+/// The body of `/v1/settle`'s answer.
+#[derive(Debug, Serialize)]
+pub struct SettleResponse<'a> {
+    pub reservation: &'a str,
+    /// What `/v1/reserve` charged.
+    pub estimate: u64,
+    /// The final cost now charged in its place.
+    pub cost: u64,
+    /// It had been settled before at this cost; nothing changed now.
+    pub repeated: bool,
+}
+
+/// `POST /v1/reserve`: a check whose cost is an estimate, kept as a reservation when
+/// admitted, to be settled at the real cost with `/v1/settle`. Same key, body (plus
+/// `ttl_ms`) and answers as `/v1/check`.
+pub async fn reserve(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let answer = async {
+        let key = state.identities.key(presented_key(&headers)).await?;
+        let tenant = state.identities.check_tenant(&key).await?;
+        let body = body.map_err(|_| too_big())?;
+        let (input, ttl_ms) =
+            CheckInput::parse_reserve_json(&body).map_err(|e| ApiError::BadRequest(e.message))?;
+        let answer = state.decider.reserve(&tenant, &input, ttl_ms).await?;
+        Ok::<_, ApiError>(answer_response(&answer))
+    };
+    answer.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// `POST /v1/settle`: sets a reservation's final cost on every rule it charged, in one step.
+/// 200 when settled (again: `repeated`), 404 when there is no such reservation of this
+/// tenant (or it expired, keeping its estimate), 409 when it was settled at another cost.
+pub async fn settle(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let answer = async {
+        let key = state.identities.key(presented_key(&headers)).await?;
+        let tenant = state.identities.check_tenant(&key).await?;
+        let body = body.map_err(|_| too_big())?;
+        let input = SettleInput::parse_json(&body).map_err(|e| ApiError::BadRequest(e.message))?;
+        let settlement = state
+            .decider
+            .settle(&tenant, &input.reservation, input.cost)
+            .await?;
+        match settlement {
+            Settlement::Unknown => Err(ApiError::Absent(format!(
+                "no reservation {} of this tenant: it was never made, or it expired (keeping its estimate)",
+                input.reservation
+            ))),
+            Settlement::Settled { cost, .. } if cost != input.cost => Err(ApiError::Conflict(
+                format!(
+                    "reservation {} was already settled at cost {cost}; a reservation is settled once",
+                    input.reservation
+                ),
+            )),
+            Settlement::Settled {
+                estimate,
+                cost,
+                repeated,
+                ..
+            } => Ok(Json(SettleResponse {
+                reservation: &input.reservation,
+                estimate,
+                cost,
+                repeated,
+            })
+            .into_response()),
+        }
+    };
+    answer.await.unwrap_or_else(IntoResponse::into_response)
 }
 
 const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");

@@ -22,6 +22,9 @@ pub enum ApiError {
     Forbidden(String),
     #[error("not found")]
     NotFound,
+    /// Not found, saying what was looked for and what to do.
+    #[error("{0}")]
+    Absent(String),
     #[error("{0}")]
     Conflict(String),
     /// Input that fails validation, field by field.
@@ -59,7 +62,7 @@ impl ApiError {
             ApiError::Undecided(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
-            ApiError::NotFound => StatusCode::NOT_FOUND,
+            ApiError::NotFound | ApiError::Absent(_) => StatusCode::NOT_FOUND,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::Store(StoreError::Conflict(_)) => StatusCode::CONFLICT,
             ApiError::Limiter(LimiterError::OverQuota { .. }) => StatusCode::TOO_MANY_REQUESTS,

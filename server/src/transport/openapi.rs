@@ -287,12 +287,74 @@ pub fn document() -> Value {
             "schemas": schemas()
         }
     });
-    for more in [user_paths(), dashboard_paths()] {
+    for more in [user_paths(), dashboard_paths(), reserve_paths()] {
         if let (Some(paths), Value::Object(more)) = (document["paths"].as_object_mut(), more) {
             paths.extend(more);
         }
     }
     document
+}
+
+/// Reserve and settle: kept apart from [`document`]'s one `json!`, for the macro's recursion
+/// limit.
+fn reserve_paths() -> Value {
+    json!({
+        "/v1/reserve": { "post": {
+            "operationId": "reserve", "tags": ["check"],
+            "summary": "A check whose cost is an estimate, charged at once; when admitted, answers a reservation to settle at the real cost with /v1/settle (check keys only). An unsettled reservation expires after ttl_ms and keeps its estimate.",
+            "requestBody": body("ReserveRequest"),
+            "responses": {
+                "200": { "description": "Allowed; `reservation` is present when a rule charged the estimate in the shared limiter.", "headers": rate_limit_headers(false), "content": { "application/json": { "schema": schema("ReserveResponse") } } },
+                "429": { "description": "Denied, no reservation (application/json); or refused by the tenant's quota of live buckets (application/problem+json).", "headers": rate_limit_headers(true), "content": { "application/json": { "schema": schema("ReserveResponse") }, "application/problem+json": { "schema": schema("Problem") } } },
+                "400": problem("Invalid JSON, oversized body, route, subject, request_id, cost or ttl_ms."),
+                "401": problem("Unknown, revoked or expired key."),
+                "403": problem("Not a check key, or the tenant is suspended."),
+                "503": problem("The limiter cannot decide and a matching rule fails closed, or the key is not cached and the store is down.")
+            }
+        } },
+        "/v1/settle": { "post": {
+            "operationId": "settle", "tags": ["check"],
+            "summary": "Set a reservation's final cost on every rule it charged, in one atomic step: the unused part of the estimate is given back, an overrun charged (a bucket may go into debt). Settling again at the same cost answers the same (`repeated`).",
+            "requestBody": body("SettleRequest"),
+            "responses": {
+                "200": ok("Settled, now or before at this cost.", schema("SettleResponse")),
+                "400": problem("Invalid JSON, a malformed reservation id, or a cost out of range."),
+                "401": problem("Unknown, revoked or expired key."),
+                "403": problem("Not a check key, or the tenant is suspended."),
+                "404": problem("No such reservation of this tenant: never made, or expired unsettled (its estimate stays charged)."),
+                "409": problem("Already settled at another cost: a reservation is settled once."),
+                "503": problem("The limiter's store is unavailable: nothing changed; retry (settling is idempotent).")
+            }
+        } }
+    })
+}
+
+/// The schemas of reserve and settle: a check's request and response, extended.
+fn reserve_schemas(check_request: &Value, check_response: &Value) -> Value {
+    let mut request = check_request.clone();
+    request["properties"]["ttl_ms"] = json!({ "type": "integer",
+        "minimum": crate::limiter::MIN_RESERVATION_TTL_MS, "maximum": crate::limiter::MAX_RESERVATION_TTL_MS,
+        "default": crate::limiter::DEFAULT_RESERVATION_TTL_MS,
+        "description": "How long the reservation waits to be settled; after it, the estimate stays charged." });
+    let mut response = check_response.clone();
+    response["properties"]["reservation"] = json!({ "type": "string", "pattern": "^[0-9a-f]{32}$",
+        "description": "The id to settle. With a request_id, a retry names the same reservation." });
+    json!({
+        "ReserveRequest": request,
+        "ReserveResponse": response,
+        "SettleRequest": { "type": "object", "required": ["reservation", "cost"], "additionalProperties": false,
+            "properties": {
+                "reservation": { "type": "string", "pattern": "^[0-9a-f]{32}$" },
+                "cost": { "type": "integer", "minimum": 0, "maximum": MAX_COST, "description": "The final cost; 0 gives the whole estimate back." }
+            } },
+        "SettleResponse": { "type": "object", "required": ["reservation", "estimate", "cost", "repeated"],
+            "properties": {
+                "reservation": { "type": "string" },
+                "estimate": { "type": "integer", "description": "What /v1/reserve charged." },
+                "cost": { "type": "integer", "description": "The final cost charged in its place." },
+                "repeated": { "type": "boolean", "description": "Settled before at this cost; nothing changed now." }
+            } }
+    })
 }
 
 /// What the dashboards answer over the API: kept apart from [`document`]'s one `json!`, for
@@ -539,7 +601,8 @@ fn schemas() -> Value {
     let Value::Object(mut all) = schemas else {
         unreachable!("the schemas are an object")
     };
-    for more in [subject_schemas(), file_schemas(), user_schemas()] {
+    let reserve = reserve_schemas(&all["CheckRequest"], &all["CheckResponse"]);
+    for more in [subject_schemas(), file_schemas(), user_schemas(), reserve] {
         if let Value::Object(more) = more {
             all.extend(more);
         }

@@ -62,6 +62,14 @@ pub fn router(state: AppState, console_threads: tokio::runtime::Handle) -> Route
         .with_state(state.clone());
     router
         .merge(admin_api::routes())
+        .route(
+            "/v1/reserve",
+            post(check::reserve).layer(axum::extract::DefaultBodyLimit::max(check::MAX_BODY_BYTES)),
+        )
+        .route(
+            "/v1/settle",
+            post(check::settle).layer(axum::extract::DefaultBodyLimit::max(check::MAX_BODY_BYTES)),
+        )
         .route("/v1/openapi.json", get(openapi::handler))
         .route("/docs/ALGORITHMS.md", get(ops::algorithms_doc))
         .route("/live/dashboard", get(live::handler))

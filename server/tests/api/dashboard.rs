@@ -253,6 +253,7 @@ async fn touch(limiter: &Limiter, tenant: &str, count: usize) {
             now_ms: None,
             dry_run: false,
             max_live_keys: None,
+            reserve: None,
         })
         .collect();
     let results: Vec<bool> = futures::stream::iter(requests)
@@ -331,6 +332,7 @@ async fn cardinality_on(target: LimiterTarget, sizes: &[usize]) {
         now_ms: None,
         dry_run: true,
         max_live_keys: None,
+        reserve: None,
     };
     limiter.check(&dry).await.unwrap();
     let counts = store

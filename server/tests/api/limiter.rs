@@ -13,7 +13,8 @@ use rand::{Rng, SeedableRng};
 use sluice::config::LimiterTarget;
 use sluice::decide::DenyCache;
 use sluice::limiter::{
-    keys, CheckOutcome, CheckRequest, Limiter, LimiterError, MemoryBackend, RedisOptions, RuleCheck,
+    keys, CheckOutcome, CheckRequest, Limiter, LimiterError, MemoryBackend, RedisOptions, Reserve,
+    RuleCheck, Settlement,
 };
 
 use crate::services::{RedisCluster, RedisServer};
@@ -48,6 +49,7 @@ fn request(tenant: &str, rules: Vec<RuleCheck>, now: Option<i64>) -> CheckReques
         now_ms: now,
         dry_run: false,
         max_live_keys: None,
+        reserve: None,
     }
 }
 
@@ -194,7 +196,325 @@ on_every_backend!(
     request_id_records_count_against_the_quota,
     concurrent_new_subjects_never_pass_the_quota,
     the_deny_cache_denies_only_what_the_backend_denies,
+    reserve_100_settle_30_leaves_each_algorithm_exactly_70_fuller,
+    a_reservation_is_settled_once_and_only_by_its_tenant,
+    an_overrun_is_a_debt_later_requests_wait_out,
+    a_refund_goes_back_only_into_the_window_it_was_charged_in,
+    an_unsettled_reservation_expires_and_keeps_its_estimate,
 );
+
+/// A check of `spec`'s bucket `name` at `cost` and `now`, made a reservation `id`.
+fn reservation(
+    t: &str,
+    name: &str,
+    spec: LimitSpec,
+    cost: u64,
+    now: i64,
+    id: &str,
+) -> CheckRequest {
+    CheckRequest {
+        reserve: Some(Reserve {
+            id: id.to_owned(),
+            ttl_ms: 60_000,
+        }),
+        ..request(t, vec![rule(t, name, spec, cost)], Some(now))
+    }
+}
+
+/// What is left in `name`'s bucket at `now`: a dry run of cost 1, plus that 1.
+async fn left(b: &Backend, t: &str, name: &str, spec: LimitSpec, now: i64) -> f64 {
+    let dry = CheckRequest {
+        dry_run: true,
+        ..request(t, vec![rule(t, name, spec, 1)], Some(now))
+    };
+    let d = b.check(&dry).await.decisions[0];
+    if d.allowed() {
+        d.remaining + 1.0
+    } else {
+        d.remaining
+    }
+}
+
+fn reservation_id(n: u64) -> String {
+    format!("{n:032x}")
+}
+
+/// The acceptance case: on every algorithm, a bucket charged 100 by a reservation and
+/// settled at 30 ends exactly 70 fuller than the same bucket charged 100 by a check.
+async fn reserve_100_settle_30_leaves_each_algorithm_exactly_70_fuller(b: &Backend) {
+    let t = tenant();
+    for (i, spec) in specs(1_000, 60_000).into_iter().enumerate() {
+        let name = spec.algorithm.as_str();
+        let (reserved, checked) = (format!("{name}-reserved"), format!("{name}-checked"));
+        let id = reservation_id(i as u64 + 1);
+        let out = b
+            .check(&reservation(&t, &reserved, spec, 100, T0, &id))
+            .await;
+        assert!(out.allowed, "{spec:?}");
+        let out = b
+            .check(&request(&t, vec![rule(&t, &checked, spec, 100)], Some(T0)))
+            .await;
+        assert!(out.allowed, "{spec:?}");
+        let settled = b
+            .limiter
+            .settle(&t, &id, 30, Some(T0 + 10), false)
+            .await
+            .unwrap();
+        assert_eq!(
+            settled,
+            Settlement::Settled {
+                estimate: 100,
+                cost: 30,
+                repeated: false,
+                buckets: vec![rule(&t, &reserved, spec, 1).key],
+            },
+            "{spec:?}"
+        );
+        let with = left(b, &t, &reserved, spec, T0 + 10).await;
+        let without = left(b, &t, &checked, spec, T0 + 10).await;
+        assert!(
+            (with - without - 70.0).abs() < 1e-6,
+            "{spec:?}: {with} left after the refund, {without} without"
+        );
+    }
+}
+
+async fn a_reservation_is_settled_once_and_only_by_its_tenant(b: &Backend) {
+    let (t, other) = (tenant(), tenant());
+    let spec = LimitSpec::new(Algorithm::TokenBucket, 100, 60_000);
+    let id = reservation_id(7);
+    assert!(
+        b.check(&reservation(&t, "r", spec, 50, T0, &id))
+            .await
+            .allowed
+    );
+    // Another tenant cannot see it, and an id never made is unknown.
+    assert_eq!(
+        b.limiter
+            .settle(&other, &id, 0, Some(T0), false)
+            .await
+            .unwrap(),
+        Settlement::Unknown
+    );
+    assert_eq!(
+        b.limiter
+            .settle(&t, &reservation_id(8), 0, Some(T0), false)
+            .await
+            .unwrap(),
+        Settlement::Unknown
+    );
+    let first = b
+        .limiter
+        .settle(&t, &id, 20, Some(T0), false)
+        .await
+        .unwrap();
+    assert!(matches!(
+        first,
+        Settlement::Settled {
+            cost: 20,
+            repeated: false,
+            ..
+        }
+    ));
+    let after_first = left(b, &t, "r", spec, T0).await;
+    assert_eq!(after_first, 80.0);
+    // Again, at the same cost or another: the first settle's answer, nothing refunded twice.
+    for cost in [20, 0] {
+        let again = b
+            .limiter
+            .settle(&t, &id, cost, Some(T0), false)
+            .await
+            .unwrap();
+        assert!(
+            matches!(
+                again,
+                Settlement::Settled {
+                    estimate: 50,
+                    cost: 20,
+                    repeated: true,
+                    ..
+                }
+            ),
+            "{again:?}"
+        );
+        assert_eq!(left(b, &t, "r", spec, T0).await, after_first);
+    }
+    // Ten settles at once of a fresh reservation: exactly one refunds.
+    let id = reservation_id(9);
+    assert!(
+        b.check(&reservation(&t, "r2", spec, 60, T0, &id))
+            .await
+            .allowed
+    );
+    let limiter = b.another_instance(4).await;
+    let settles = join_all((0..10).map(|_| limiter.settle(&t, &id, 0, Some(T0), false))).await;
+    let fresh = settles
+        .iter()
+        .filter(|s| {
+            matches!(
+                s,
+                Ok(Settlement::Settled {
+                    repeated: false,
+                    ..
+                })
+            )
+        })
+        .count();
+    assert_eq!(fresh, 1, "{settles:?}");
+    assert_eq!(left(b, &t, "r2", spec, T0).await, 100.0);
+    // Not a reservation id: refused before any lookup.
+    assert!(matches!(
+        b.limiter.settle(&t, "not-an-id", 0, None, false).await,
+        Err(LimiterError::Invalid(_))
+    ));
+}
+
+/// Settling above the estimate charges the difference even past empty; later requests wait
+/// the debt out, and a penalised denial does not forgive it.
+async fn an_overrun_is_a_debt_later_requests_wait_out(b: &Backend) {
+    let t = tenant();
+    for (i, spec) in specs(10, 1_000).into_iter().enumerate() {
+        let spec = LimitSpec {
+            penalty: true,
+            ..spec
+        };
+        let name = spec.algorithm.as_str();
+        let id = reservation_id(100 + i as u64);
+        let now = T0 + 100; // 100 ms into a window
+        assert!(
+            b.check(&reservation(&t, name, spec, 10, now, &id))
+                .await
+                .allowed
+        );
+        b.limiter
+            .settle(&t, &id, 30, Some(now), false)
+            .await
+            .unwrap();
+        let one = || request(&t, vec![rule(&t, name, spec, 1)], Some(now));
+        let denied = b.check(&one()).await;
+        assert!(!denied.allowed, "{spec:?}");
+        let retry = denied.decisions[0].retry_after_ms;
+        // Twenty owed and one asked: 2.1 s at 10 per second for the buckets; the windows
+        // count the debt in the current window, which ends in 900 ms (a sliding window's
+        // weighs on the next one too).
+        let expected = match spec.algorithm {
+            Algorithm::TokenBucket | Algorithm::Gcra | Algorithm::LeakyBucket => 2_100..=2_101,
+            Algorithm::FixedWindow => 900..=900,
+            Algorithm::SlidingWindow => 900..=2_000,
+            Algorithm::SlidingLog => 1_000..=1_000,
+        };
+        assert!(expected.contains(&retry), "{spec:?}: retry after {retry}");
+        // The penalised denial took nothing more and forgave nothing: the same wait, less
+        // the time passed, and waiting it out is enough.
+        let later = b
+            .check(&request(&t, vec![rule(&t, name, spec, 1)], Some(now + 50)))
+            .await;
+        assert!(!later.allowed);
+        assert!(
+            later.decisions[0].retry_after_ms + 50 >= retry,
+            "{spec:?}: {} after 50 ms, {retry} before",
+            later.decisions[0].retry_after_ms
+        );
+        let t_ok = now + 50 + later.decisions[0].retry_after_ms as i64;
+        let ok = b
+            .check(&request(&t, vec![rule(&t, name, spec, 1)], Some(t_ok)))
+            .await;
+        assert!(ok.allowed, "{spec:?} at +{}", t_ok - now);
+    }
+}
+
+/// Windows take a refund only into the window it was charged in: a fixed window's next
+/// window starts from zero anyway, and a sliding window's window before the previous one no
+/// longer counts.
+async fn a_refund_goes_back_only_into_the_window_it_was_charged_in(b: &Backend) {
+    let t = tenant();
+    for algorithm in [Algorithm::FixedWindow, Algorithm::SlidingWindow] {
+        let spec = LimitSpec::new(algorithm, 100, 1_000);
+        let name = algorithm.as_str();
+        let id = reservation_id(200 + algorithm as u64);
+        let start = T0 - T0 % 1_000 + 500;
+        assert!(
+            b.check(&reservation(&t, name, spec, 80, start, &id))
+                .await
+                .allowed
+        );
+        // In the next window: fixed is full again; sliding has the previous window's 80 at
+        // half weight (40), and the refund of 60 takes it to 20 there, so 10 now.
+        let next = start + 1_000;
+        let before = left(b, &t, name, spec, next).await;
+        b.limiter
+            .settle(&t, &id, 20, Some(next), false)
+            .await
+            .unwrap();
+        let after = left(b, &t, name, spec, next).await;
+        match algorithm {
+            Algorithm::FixedWindow => {
+                assert_eq!((before, after), (100.0, 100.0));
+            }
+            _ => {
+                assert!(
+                    (before - 60.0).abs() < 1e-9 && (after - 90.0).abs() < 1e-9,
+                    "{before} {after}"
+                );
+            }
+        }
+        // Two windows on, nothing of it counts and nothing comes back.
+        let id = reservation_id(300 + algorithm as u64);
+        let start = start + 10_000;
+        assert!(
+            b.check(&reservation(&t, name, spec, 80, start, &id))
+                .await
+                .allowed
+        );
+        let far = start + 2_000;
+        let before = left(b, &t, name, spec, far).await;
+        b.limiter
+            .settle(&t, &id, 0, Some(far), false)
+            .await
+            .unwrap();
+        assert_eq!(left(b, &t, name, spec, far).await, before);
+        assert_eq!(before, 100.0);
+    }
+}
+
+async fn an_unsettled_reservation_expires_and_keeps_its_estimate(b: &Backend) {
+    let t = tenant();
+    let spec = LimitSpec::new(Algorithm::SlidingLog, 100, 3_600_000);
+    let id = reservation_id(42);
+    let now = sluice::store::now_ms();
+    let reserve = CheckRequest {
+        reserve: Some(Reserve {
+            id: id.clone(),
+            ttl_ms: 1_000,
+        }),
+        ..request(&t, vec![rule(&t, "r", spec, 40)], Some(now))
+    };
+    assert!(b.check(&reserve).await.allowed);
+    // Redis drops the record after its TTL of real time; the in-process limiter reads the
+    // clock it is given.
+    let record = keys::reservation(&t, &id);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while b
+        .redis_query::<bool>(redis::cmd("EXISTS").arg(&record))
+        .await
+        .unwrap_or(false)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the record outlived its TTL"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let later = now + 1_001;
+    assert_eq!(
+        b.limiter
+            .settle(&t, &id, 0, Some(later), false)
+            .await
+            .unwrap(),
+        Settlement::Unknown
+    );
+    assert_eq!(left(b, &t, "r", spec, later).await, 60.0);
+}
 
 /// The decision core's deny cache ([`DenyCache`]) against the backend itself (on Redis, the
 /// check script): random one- and two-rule checks at random costs and times; a check the
@@ -505,6 +825,7 @@ async fn a_dry_run_decides_like_a_check_and_writes_nothing(b: &Backend) {
         let dry = |cost, now| CheckRequest {
             dry_run: true,
             max_live_keys: None,
+            reserve: None,
             ..request(&t, r(cost), Some(now))
         };
         // On a key that does not exist, nothing is created.
@@ -1313,4 +1634,92 @@ async fn a_tenants_keys_share_one_slot_and_200_tenants_spread_over_all_masters()
         per_master.iter().all(|&n| n >= 30),
         "every master holds tenants: {per_master:?}"
     );
+}
+
+/// Reservations and settles on Redis (`lua/check.lua`, `lua/settle.lua`) and in process (the
+/// model's `settle`) side by side, with the same explicit clock: random one- and two-rule
+/// checks, some of them reservations, and random settles of those (refunds, overruns,
+/// repeats, far too late). Every decision and every settlement must be identical.
+#[tokio::test]
+async fn lua_and_the_model_settle_alike_on_random_sequences() {
+    let server = RedisServer::start();
+    let redis = Limiter::connect(&LimiterTarget::Redis(server.url()), options(4))
+        .await
+        .unwrap();
+    let mut failures = Vec::new();
+    let mut settled = 0;
+    for seed in 0..600u64 {
+        let memory = Limiter::InProcess(MemoryBackend::new());
+        let mut rng = SmallRng::seed_from_u64(seed ^ 0x005E_771E);
+        let t = format!("settle-{seed}");
+        let first = Algorithm::ALL[seed as usize % Algorithm::ALL.len()];
+        let mut specs = vec![random_spec(&mut rng, first)];
+        if rng.gen_bool(0.3) {
+            let other = Algorithm::ALL[rng.gen_range(0..Algorithm::ALL.len())];
+            specs.push(random_spec(&mut rng, other));
+        }
+        let mut now = T0 + rng.gen_range(0..1_000_000_000);
+        // Reservations made: id, when made and when settled. Redis keeps a record an hour
+        // (ten minutes once settled) of real time, the in-process limiter that long on the
+        // clock it is given, so later settles are not compared; and the clock only goes
+        // forward, because the in-process limiter counts a key's expiry from the clock it
+        // is given, not from the later time its state holds.
+        let mut made: Vec<(String, i64, Option<i64>)> = Vec::new();
+        for step in 0..30u64 {
+            now += random_step(&mut rng, specs[0].period_ms).max(0);
+            if !made.is_empty() && rng.gen_bool(0.4) {
+                let which = rng.gen_range(0..made.len());
+                let (id, at, settled_at) = made[which].clone();
+                if now - at >= 3_600_000 || settled_at.is_some_and(|s| now - s >= 600_000) {
+                    continue;
+                }
+                let cost = rng.gen_range(0..=12);
+                let on_redis = redis.settle(&t, &id, cost, Some(now), true).await;
+                let in_process = memory.settle(&t, &id, cost, Some(now), true).await;
+                match (&on_redis, &in_process) {
+                    (Ok(a), Ok(b)) if a == b => settled += 1,
+                    _ => failures.push(format!(
+                        "seed {seed} step {step}: settle {id} at {cost}: redis {on_redis:?}, in process {in_process:?}"
+                    )),
+                }
+                if settled_at.is_none() {
+                    made[which].2 = Some(now);
+                }
+                continue;
+            }
+            let cost = rng.gen_range(1..=specs[0].capacity().min(8));
+            let rules = specs
+                .iter()
+                .enumerate()
+                .map(|(i, s)| rule(&t, &format!("r{i}"), *s, cost))
+                .collect();
+            let id = format!("{:032x}", seed * 1_000 + step);
+            let check = CheckRequest {
+                reserve: rng.gen_bool(0.6).then(|| Reserve {
+                    id: id.clone(),
+                    ttl_ms: 3_600_000,
+                }),
+                ..request(&t, rules, Some(now))
+            };
+            let on_redis = redis.check(&check).await.unwrap();
+            let in_process = memory.check(&check).await.unwrap();
+            if on_redis.allowed != in_process.allowed || on_redis.decisions != in_process.decisions
+            {
+                failures.push(format!(
+                    "seed {seed} step {step} at {now}: {specs:?} cost {cost}\n  redis:      {on_redis:?}\n  in process: {in_process:?}"
+                ));
+                break;
+            }
+            if on_redis.allowed && check.reserve.is_some() {
+                made.push((id, now, None));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} disagreements; first:\n{}",
+        failures.len(),
+        failures[0]
+    );
+    assert!(settled > 1_000, "only {settled} settles compared");
 }

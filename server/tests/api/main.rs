@@ -26,6 +26,7 @@ mod limiter;
 mod openapi;
 mod overrides;
 mod redis_failure;
+mod reserve;
 mod reset;
 mod rule_files;
 mod store;

@@ -81,7 +81,18 @@ const EXPECTED: &[(&str, &str, u16)] = &[
     ("post", "/v1/admin/tenants/{tenant}/rules/import", 200),
     ("post", "/v1/admin/tenants/{tenant}/rules/import", 400),
     ("post", "/v1/admin/tenants/{tenant}/rules/import", 409),
+    ("post", "/v1/reserve", 200),
+    ("post", "/v1/reserve", 400),
+    ("post", "/v1/reserve", 401),
+    ("post", "/v1/reserve", 403),
+    ("post", "/v1/settle", 200),
+    ("post", "/v1/settle", 409),
+    ("post", "/v1/settle", 404),
+    ("post", "/v1/settle", 400),
+    ("post", "/v1/settle", 401),
+    ("post", "/v1/settle", 403),
     ("post", "/v1/check", 200),
+    ("post", "/v1/reserve", 429),
     ("post", "/v1/check", 429),
     ("post", "/v1/check", 400),
     ("post", "/v1/check", 401),
@@ -367,6 +378,54 @@ async fn every_documented_operation_is_exercised_and_answers_a_documented_status
     )
     .await; // 409
 
+    // Reserve the one request the rule allows, and settle it at 0: the check below is
+    // admitted only because the estimate came back.
+    let (_, reserved) = w
+        .call(
+            "POST",
+            "/v1/reserve",
+            "/v1/reserve",
+            Some(&check),
+            Some(json!({ "route": "GET /", "ttl_ms": 5_000 })),
+        )
+        .await; // 200
+    let id = reserved["reservation"].as_str().unwrap().to_owned();
+    let settle = |cost: i64| json!({ "reservation": id, "cost": cost });
+    for (key, body) in [
+        (Some(&check), json!({ "route": "GET /", "ttl_ms": 1 })), // 400
+        (None, json!({ "route": "GET /" })),                      // 401
+        (Some(&admin), json!({ "route": "GET /" })),              // 403
+    ] {
+        w.call(
+            "POST",
+            "/v1/reserve",
+            "/v1/reserve",
+            key.map(String::as_str),
+            Some(body),
+        )
+        .await;
+    }
+    for (key, body) in [
+        (Some(&check), settle(0)), // 200
+        (Some(&check), settle(1)), // 409
+        (
+            Some(&check),
+            json!({ "reservation": "0".repeat(32), "cost": 0 }),
+        ), // 404
+        (Some(&check), json!({ "reservation": id })), // 400
+        (None, settle(0)),         // 401
+        (Some(&admin), settle(0)), // 403
+    ] {
+        w.call(
+            "POST",
+            "/v1/settle",
+            "/v1/settle",
+            key.map(String::as_str),
+            Some(body),
+        )
+        .await;
+    }
+
     w.call(
         "POST",
         "/v1/check",
@@ -375,6 +434,14 @@ async fn every_documented_operation_is_exercised_and_answers_a_documented_status
         Some(json!({ "route": "GET /" })),
     )
     .await; // 200
+    w.call(
+        "POST",
+        "/v1/reserve",
+        "/v1/reserve",
+        Some(&check),
+        Some(json!({ "route": "GET /" })),
+    )
+    .await; // 429
     w.call(
         "POST",
         "/v1/check",
@@ -871,7 +938,7 @@ async fn every_documented_operation_is_exercised_and_answers_a_documented_status
             );
         }
     }
-    assert_eq!(operations, 40);
+    assert_eq!(operations, 42);
     // ... and every answer is documented for its operation.
     for (method, template, status) in &w.calls {
         let responses = &paths[template.as_str()][method.as_str()]["responses"];

@@ -1,0 +1,255 @@
+--[[
+settle.lua: settle a reservation (`POST /v1/settle`), in one step on every rule it charged:
+what its estimate charged beyond the final cost is given back, what the final cost passes it
+is charged (a bucket may go into debt).
+
+The arithmetic is the reference model's `settle` (app/src/rules/model.rs), operation for
+operation; the differential test holds the two to identical answers. What a refund means
+for each algorithm is in docs/ALGORITHMS.md, "Reserve and settle".
+
+KEYS[1]      the reservation `slv:{<tenant>}:<id>` that lua/check.lua wrote
+KEYS[2]      the tenant's live-key index `slb:{<tenant>}` (see lua/check.lua)
+KEYS[3..]    the buckets it charged, in its order: the caller read them from the record, and
+             they are checked against it here (every key carries the tenant's hash tag, so on
+             a Cluster they share the record's slot)
+ARGV[1]      the final cost
+ARGV[2]      now in ms, or "" to use Redis TIME
+ARGV[3]      how long to keep the settled record, in ms, so that a repeated settle is answered
+ARGV[4]      1 when the tenant has a quota of live keys: a bucket an overrun creates (its
+             state had expired) is entered in the index, as a check would enter it. A settle
+             is never refused by the quota: it adds at most the buckets its check had.
+
+Reply: { 0 }                        no such reservation (never made, or expired)
+       { 1, estimate }              settled now
+       { 2, estimate, first cost }  settled before, at that cost (nothing changed)
+]]
+
+if redis.replicate_commands then
+  redis.replicate_commands()
+end
+
+local MARGIN = 1000
+
+local record = KEYS[1]
+local raw = redis.call('HGET', record, 'r')
+if not raw then
+  return { 0 }
+end
+local estimate = redis.call('HGET', record, 'e')
+local first = redis.call('HGET', record, 's')
+if first then
+  return { 2, estimate, first }
+end
+
+local final = tonumber(ARGV[1])
+local now
+if ARGV[2] ~= '' then
+  now = tonumber(ARGV[2])
+else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function fmt(x)
+  return string.format('%.17g', x)
+end
+
+local function whole_ms(x)
+  if x < 0 then
+    x = 0
+  end
+  return math.ceil(x)
+end
+
+-- The hash's fields as numbers, or nil when the key is absent.
+local function read_hash(key, fields)
+  local values = redis.call('HMGET', key, unpack(fields))
+  if values[1] == false then
+    return nil
+  end
+  for i = 1, #values do
+    values[i] = tonumber(values[i])
+  end
+  return values
+end
+
+-- Enters a bucket this settle creates in the quota's index.
+local function created(key, ttl)
+  if ARGV[4] == '1' then
+    redis.call('ZADD', KEYS[2], now + ttl, key)
+  end
+end
+
+local function write(key, state, ttl)
+  if redis.call('EXISTS', key) == 0 then
+    created(key, ttl)
+  end
+  redis.call('HSET', key, unpack(state))
+  redis.call('PEXPIRE', key, ttl)
+end
+
+-- Each settles one rule: L, P, B its parameters, c what it was charged, m where, f the final
+-- cost. Called only when f ~= c, and for a refund only when the state exists.
+
+local function token_bucket(key, L, P, B, c, m, f)
+  local s = read_hash(key, { 'v', 't' })
+  if s == nil and f < c then
+    return
+  end
+  s = s or { B, now }
+  local tokens, ts = s[1], s[2]
+  local t = math.max(now, ts)
+  tokens = math.min(B, tokens + (t - ts) * L / P)
+  if f < c then
+    tokens = math.min(B, tokens + (c - f))
+  else
+    tokens = tokens - (f - c)
+  end
+  write(key, { 'v', fmt(tokens), 't', fmt(t) }, whole_ms((B - math.min(0, tokens)) * P / L + MARGIN))
+end
+
+local function gcra(key, L, P, B, c, m, f)
+  local per = P / L
+  local tau = B * per
+  local s = read_hash(key, { 'v', 't' })
+  if s == nil and f < c then
+    return
+  end
+  s = s or { 0, now }
+  local backlog, ts = s[1], s[2]
+  local t = math.max(now, ts)
+  backlog = math.max(0, backlog - (t - ts))
+  if f < c then
+    backlog = math.max(0, backlog - (c - f) * per)
+  else
+    backlog = backlog + (f - c) * per
+  end
+  write(key, { 'v', fmt(backlog), 't', fmt(t) }, whole_ms(math.max(tau, backlog) + MARGIN))
+end
+
+local function leaky_bucket(key, L, P, B, c, m, f)
+  local s = read_hash(key, { 'v', 't' })
+  if s == nil and f < c then
+    return
+  end
+  s = s or { 0, now }
+  local level, ts = s[1], s[2]
+  local t = math.max(now, ts)
+  level = math.max(0, level - (t - ts) * L / P)
+  if f < c then
+    level = math.max(0, level - (c - f))
+  else
+    level = level + (f - c)
+  end
+  write(key, { 'v', fmt(level), 't', fmt(t) }, whole_ms(math.max(B, level) * P / L + MARGIN))
+end
+
+local function fixed_window(key, L, P, B, c, m, f)
+  local s = read_hash(key, { 'v', 'w', 't' })
+  if s == nil and f < c then
+    return
+  end
+  s = s or { 0, math.floor(now / P), now }
+  local count, window, ts = s[1], s[2], s[3]
+  local t = math.max(now, ts)
+  local w = math.floor(t / P)
+  if w ~= window then
+    count, window = 0, w
+  end
+  if f < c then
+    if m ~= window then
+      return
+    end
+    count = math.max(0, count - (c - f))
+  else
+    count = count + (f - c)
+  end
+  write(key, { 'v', fmt(count), 'w', fmt(window), 't', fmt(t) }, whole_ms((window + 1) * P - t + MARGIN))
+end
+
+local function sliding_window(key, L, P, B, c, m, f)
+  local s = read_hash(key, { 'p', 'v', 'w', 't' })
+  if s == nil and f < c then
+    return
+  end
+  s = s or { 0, 0, math.floor(now / P), now }
+  local prev, cur, window, ts = s[1], s[2], s[3], s[4]
+  local t = math.max(now, ts)
+  local w = math.floor(t / P)
+  if w == window + 1 then
+    prev, cur = cur, 0
+  elseif w > window + 1 then
+    prev, cur = 0, 0
+  end
+  if f < c then
+    if m == w then
+      cur = math.max(0, cur - (c - f))
+    elseif m == w - 1 then
+      prev = math.max(0, prev - (c - f))
+    else
+      return
+    end
+  else
+    cur = cur + (f - c)
+  end
+  local state = { 'p', fmt(prev), 'v', fmt(cur), 'w', fmt(w), 't', fmt(t) }
+  write(key, state, whole_ms(P - (t - w * P) + P + MARGIN))
+end
+
+local function sliding_log(key, L, P, B, c, m, f)
+  local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  if newest[2] == nil and f < c then
+    return
+  end
+  local t = now
+  if newest[2] then
+    t = math.max(now, tonumber(newest[2]))
+  end
+  local found = nil
+  if m > t - P then
+    for _, member in ipairs(redis.call('ZRANGEBYSCORE', key, fmt(m), fmt(m))) do
+      if tonumber(string.match(member, ':([^:]+)$')) == c then
+        found = member
+        break
+      end
+    end
+  end
+  if found or f > c then
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(t - P))
+  end
+  if found then
+    -- The entry keeps its time and its place among equal times; only its cost changes.
+    redis.call('ZREM', key, found)
+    redis.call('ZADD', key, fmt(m), string.match(found, '^(.*):[^:]+$') .. ':' .. fmt(f))
+  elseif f > c then
+    if newest[2] == nil then
+      created(key, whole_ms(P + MARGIN))
+    end
+    local k = redis.call('ZCOUNT', key, fmt(t), fmt(t))
+    redis.call('ZADD', key, fmt(t), fmt(t) .. ':' .. k .. ':' .. fmt(f - c))
+  else
+    return
+  end
+  redis.call('PEXPIRE', key, whole_ms(P + MARGIN))
+end
+
+local ALGORITHMS = { token_bucket, gcra, leaky_bucket, fixed_window, sliding_window, sliding_log }
+
+local charged = cjson.decode(raw)
+if #charged ~= #KEYS - 2 then
+  return redis.error_reply('settle.lua: the reservation charged ' .. #charged .. ' buckets, ' .. (#KEYS - 2) .. ' were passed')
+end
+for i, r in ipairs(charged) do
+  if r.k ~= KEYS[i + 2] then
+    return redis.error_reply('settle.lua: bucket ' .. i .. ' is not the one the reservation charged')
+  end
+end
+for i, r in ipairs(charged) do
+  local c = tonumber(r.c)
+  if final ~= c then
+    ALGORITHMS[tonumber(r.a)](KEYS[i + 2], tonumber(r.l), tonumber(r.p), tonumber(r.b), c, tonumber(r.m), final)
+  end
+end
+redis.call('HSET', record, 's', ARGV[1])
+redis.call('PEXPIRE', record, ARGV[3])
+return { 1, estimate }
