@@ -29,19 +29,26 @@ ARGV[2]      idempotency TTL in ms (> 0: look the record up first, write it afte
              0 = no record; -1 = dry run: decide, write nothing
 ARGV[3]      n, the number of rules (1..8)
 ARGV[4+7i..] per rule i: algorithm code (1 token_bucket, 2 gcra, 3 leaky_bucket,
-             4 fixed_window, 5 sliding_window, 6 sliding_log), limit, period_ms, capacity
+             4 fixed_window, 5 sliding_window, 6 sliding_log, 7 concurrency), limit, period_ms, capacity
              (burst, or limit), cost, penalty (0/1), shadow (0/1)
 ARGV[4+7n]   1 when the idempotency record is the caller's request_id (it counts against the
              quota), 0 when the server made it for this one call (kept a few seconds)
 ARGV[5+7n]   the tenant's quota of live keys, or -1 for none
 ARGV[6+7n]   one character per rule: '0' when this instance has already added the rule's
              bucket to this minute's active-key HyperLogLog, '1' (or absent) to add it
-ARGV[7+7n]   a reservation's TTL in ms (`/v1/reserve`), or absent: when the request is
-             admitted, KEYS[n+4] records what each rule was charged, for lua/settle.lua
-KEYS[n+4]    the reservation `slv:{<tenant>}:<id>` (only with ARGV[7+7n]): a hash whose
+ARGV[7+7n]   a reservation's TTL in ms (`/v1/reserve`), or 0 or absent for none: when the
+             request is admitted, KEYS[n+4] records what each rule was charged, for
+             lua/settle.lua
+KEYS[n+4]    the reservation `slv:{<tenant>}:<id>` (only with ARGV[7+7n] > 0): a hash whose
              field r is a JSON list, per rule written, of { k = key, a = algorithm, l, p,
              b, c = cost, m = where the charge went (the window, or the log entry's time) },
              and e the cost; it lives ARGV[7+7n] ms and counts against the quota
+ARGV[8+7n]   the lease id, when a rule is `concurrency` (or absent): an admitted request
+             holds a lease `<id>:<slots>` in each concurrency bucket, and the lease record
+             (the next key after the ones above) lists them for lua/release.lua
+KEYS[last]   the lease `slc:{<tenant>}:<id>` (only with ARGV[8+7n]): a hash whose field r is
+             a JSON list of { k = bucket, m = member }; it lives as long as the longest of
+             its leases and counts against the quota
 
 Reply: { deduplicated (0/1), now, allowed (0/1),
          then per rule: verdict (1 allow, 0 deny, -1 never fits: cost above capacity),
@@ -62,6 +69,8 @@ State, per algorithm (hash fields unless noted; every key gets a TTL covering a 
   sliding_window v = current count, p = previous count, w = window index, t
   sliding_log   a sorted set: score = time, member = "<time>:<k>:<cost>" (k makes equal
                 times unique); the newest score is the last time seen
+  concurrency   a sorted set of leases: score = expiry time, member = "<lease id>:<slots>"
+                (time is not clamped: an earlier time only counts more leases as live)
 A denial writes nothing unless the rule has penalty; the idempotency record is written for
 every decision when ARGV[2] > 0 (the server always asks for one).
 ]]
@@ -85,6 +94,11 @@ local dedup_ttl = tonumber(ARGV[2])
 local dedup_key = KEYS[n + 1]
 local dry_run = dedup_ttl < 0
 local reserve_ttl = tonumber(ARGV[7 + 7 * n] or '0') or 0
+local lease_id = ARGV[8 + 7 * n]
+local lease_key = nil
+if lease_id then
+  lease_key = KEYS[n + 4 + (reserve_ttl > 0 and 1 or 0)]
+end
 
 if dedup_ttl > 0 then
   local seen = redis.call('GET', dedup_key)
@@ -334,10 +348,52 @@ local function sliding_log(key, L, P, B, c, now, penalty)
   return decision(DENY, L - sum, reset(entries), retry), nil, penalised, ttl
 end
 
-local ALGORITHMS = { token_bucket, gcra, leaky_bucket, fixed_window, sliding_window, sliding_log }
+local function concurrency(key, L, P, B, c, now, penalty)
+  local raw = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+  absent[key] = raw[1] == nil
+  -- Live leases (expiry > now), soonest first.
+  local live, used, last = {}, 0, now
+  for i = 1, #raw, 2 do
+    local expires = tonumber(raw[i + 1])
+    if expires > now then
+      local slots = tonumber(string.match(raw[i], ':([^:]+)$'))
+      live[#live + 1] = { expires, slots }
+      used = used + slots
+      last = math.max(last, expires)
+    end
+  end
+  local ttl = whole_ms(math.max(last - now, P) + MARGIN)
+  if c > L then
+    return decision(NEVER, L - used, last - now, 0), nil, nil, ttl
+  end
+  if used + c <= L then
+    local d = decision(ALLOW, L - (used + c), math.max(last - now, P), 0)
+    return d, { lease = { now + P, c } }, nil, ttl
+  end
+  local freed, retry = 0, 0
+  for i = 1, #live do
+    freed = freed + live[i][2]
+    if used - freed + c <= L then
+      retry = live[i][1] - now
+      break
+    end
+  end
+  return decision(DENY, L - used, last - now, retry), nil, nil, ttl
+end
+
+local ALGORITHMS = { token_bucket, gcra, leaky_bucket, fixed_window, sliding_window, sliding_log,
+                     concurrency }
+
+-- The member of lease `id` taking `slots` in a concurrency bucket.
+local function lease_member(slots)
+  return lease_id .. ':' .. fmt(slots)
+end
 
 local function write(key, algorithm, state, ttl, P)
-  if algorithm == 6 then
+  if algorithm == 7 then
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now))
+    redis.call('ZADD', key, fmt(state.lease[1]), lease_member(state.lease[2]))
+  elseif algorithm == 6 then
     local time, cost = state.entry[1], state.entry[2]
     redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(time - P))
     local k = redis.call('ZCOUNT', key, fmt(time), fmt(time))
@@ -362,6 +418,17 @@ for i = 1, n do
   end
   rules[i] = { d = d, admitted = admitted, penalised = penalised, ttl = ttl,
                algorithm = algorithm, P = P, shadow = shadow }
+end
+
+-- How long the lease record lives: as long as the longest lease it lists.
+local function lease_ttl()
+  local ttl = 0
+  for i = 1, n do
+    if rules[i].algorithm == 7 and rules[i].admitted then
+      ttl = math.max(ttl, rules[i].P + MARGIN)
+    end
+  end
+  return ttl
 end
 
 -- What phase 2 writes for rule i: its admitted state, or its penalty, or nothing.
@@ -390,6 +457,9 @@ if not dry_run and quota >= 0 then
   end
   if allowed and reserve_ttl > 0 then
     fresh[#fresh + 1] = { KEYS[n + 4], reserve_ttl }
+  end
+  if allowed and lease_key and lease_ttl() > 0 then
+    fresh[#fresh + 1] = { lease_key, lease_ttl() }
   end
   if #fresh > 0 then
     local due = redis.call('ZRANGEBYSCORE', index, '-inf', now, 'LIMIT', 0, PRUNE)
@@ -451,6 +521,21 @@ if allowed and not dry_run and reserve_ttl > 0 then
   local encoded = #charged > 0 and cjson.encode(charged) or '[]'
   redis.call('HSET', record, 'r', encoded, 'e', ARGV[8])
   redis.call('PEXPIRE', record, reserve_ttl)
+end
+
+-- A lease: the member each concurrency bucket holds for it, for lua/release.lua.
+if allowed and not dry_run and lease_key then
+  local held = {}
+  for i = 1, n do
+    local r = rules[i]
+    if r.algorithm == 7 and r.admitted then
+      held[#held + 1] = { k = KEYS[i], m = lease_member(r.admitted.lease[2]) }
+    end
+  end
+  if #held > 0 then
+    redis.call('HSET', lease_key, 'r', cjson.encode(held))
+    redis.call('PEXPIRE', lease_key, lease_ttl())
+  end
 end
 
 local reply = { 0, now, allowed and 1 or 0 }

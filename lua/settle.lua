@@ -233,7 +233,12 @@ local function sliding_log(key, L, P, B, c, m, f)
   redis.call('PEXPIRE', key, whole_ms(P + MARGIN))
 end
 
-local ALGORITHMS = { token_bucket, gcra, leaky_bucket, fixed_window, sliding_window, sliding_log }
+-- A lease is freed by its release (lua/release.lua), whatever it cost: nothing to settle.
+local function concurrency()
+end
+
+local ALGORITHMS = { token_bucket, gcra, leaky_bucket, fixed_window, sliding_window, sliding_log,
+                     concurrency }
 
 local charged = cjson.decode(raw)
 if #charged ~= #KEYS - 2 then

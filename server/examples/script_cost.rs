@@ -58,6 +58,7 @@ fn request(case: &Case, subject: &str) -> CheckRequest {
         dry_run: false,
         max_live_keys: Some(1_000_000),
         reserve: None,
+        lease: None,
     }
 }
 

@@ -189,7 +189,7 @@ fn PlanView(plan: RulesPlan) -> impl IntoView {
             view! {
                 <tr data-name=name data-change="create">
                     <td>"create"</td><td>{c.rule.name}</td>
-                    <td>{super::view::describe_rate(c.rule.limit, c.rule.period_ms)}</td>
+                    <td>{super::view::describe_limit(c.rule.algorithm, c.rule.limit, c.rule.period_ms)}</td>
                     <td>{problem_list(c.problems)}</td>
                 </tr>
             }

@@ -91,6 +91,11 @@ pub enum State {
     SlidingLog {
         entries: VecDeque<(f64, f64)>,
     },
+    /// The leases held, as (id, expiry time, slots). A lease this model admits has an
+    /// empty id until the backend names it ([`name_leases`]).
+    Concurrency {
+        leases: Vec<(String, f64, f64)>,
+    },
 }
 
 /// One rule's evaluation: its decision and the state to store in each outcome.
@@ -130,6 +135,7 @@ pub fn evaluate(spec: &LimitSpec, state: Option<&State>, now: i64, cost: u64) ->
         Algorithm::FixedWindow => fixed_window(l, p, c, state, now, spec.penalty),
         Algorithm::SlidingWindow => sliding_window(l, p, c, state, now, spec.penalty),
         Algorithm::SlidingLog => sliding_log(l, p, c, state, now, spec.penalty),
+        Algorithm::Concurrency => concurrency(l, p, c, state, now),
     };
     eval.decision.limit = spec.limit;
     eval
@@ -561,6 +567,76 @@ fn sliding_log(
     }
 }
 
+/// At most `l` slots held at once, each lease for `p` ms at most. Time is not clamped: an
+/// earlier `now` only counts more leases as live, which never creates capacity.
+fn concurrency(l: f64, p: f64, c: f64, state: Option<&State>, now: f64) -> Evaluation {
+    let mut leases = match state {
+        Some(State::Concurrency { leases }) => leases.clone(),
+        _ => Vec::new(),
+    };
+    leases.retain(|&(_, expires, _)| expires > now);
+    let used: f64 = leases.iter().map(|&(_, _, slots)| slots).sum();
+    let last = leases
+        .iter()
+        .map(|&(_, expires, _)| expires)
+        .fold(now, f64::max);
+    let ttl_ms = whole_ms((last - now).max(p) + TTL_MARGIN_MS);
+    if c > l {
+        return Evaluation {
+            decision: decision(Verdict::NeverFits, l - used, last - now, 0.0),
+            admitted: None,
+            penalized: None,
+            ttl_ms,
+        };
+    }
+    if used + c <= l {
+        let d = decision(Verdict::Allow, l - (used + c), (last - now).max(p), 0.0);
+        leases.push((String::new(), now + p, c));
+        return Evaluation {
+            decision: d,
+            admitted: Some(State::Concurrency { leases }),
+            penalized: None,
+            ttl_ms,
+        };
+    }
+    // Wait until enough of the soonest-ending leases have expired.
+    let mut ending: Vec<(f64, f64)> = leases.iter().map(|&(_, e, s)| (e, s)).collect();
+    ending.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut freed = 0.0;
+    let mut retry = 0.0;
+    for (expires, slots) in ending {
+        freed += slots;
+        if used - freed + c <= l {
+            retry = expires - now;
+            break;
+        }
+    }
+    Evaluation {
+        decision: decision(Verdict::Deny, l - used, last - now, retry),
+        admitted: None,
+        penalized: None,
+        ttl_ms,
+    }
+}
+
+/// Names the lease a check just took in `state` (the one with an empty id) `id`.
+pub fn name_leases(state: &mut State, id: &str) {
+    if let State::Concurrency { leases } = state {
+        for lease in leases.iter_mut().filter(|l| l.0.is_empty()) {
+            lease.0 = id.to_owned();
+        }
+    }
+}
+
+/// `state` without lease `id`: the state to store, or `None` when it held no such lease.
+pub fn release(state: &State, id: &str) -> Option<State> {
+    let State::Concurrency { leases } = state else {
+        return None;
+    };
+    let kept: Vec<(String, f64, f64)> = leases.iter().filter(|l| l.0 != id).cloned().collect();
+    (kept.len() != leases.len()).then_some(State::Concurrency { leases: kept })
+}
+
 /// Where a reservation's charge went in a rule's state, so that settling it later finds it:
 /// the window it was counted in (fixed and sliding windows), or its log entry's time (sliding
 /// log). Buckets need none: capacity is capacity whenever it comes back.
@@ -568,7 +644,10 @@ pub fn charge_mark(state: &State) -> f64 {
     match state {
         State::FixedWindow { window, .. } | State::SlidingWindow { window, .. } => *window,
         State::SlidingLog { entries } => entries.back().map_or(0.0, |&(time, _)| time),
-        State::TokenBucket { .. } | State::Gcra { .. } | State::LeakyBucket { .. } => 0.0,
+        State::TokenBucket { .. }
+        | State::Gcra { .. }
+        | State::LeakyBucket { .. }
+        | State::Concurrency { .. } => 0.0,
     }
 }
 
@@ -583,7 +662,8 @@ pub fn charge_mark(state: &State) -> f64 {
 ///   sliding window's previous window counts for less, and so gives back less); an overrun
 ///   is counted in the current window;
 /// - sliding log: the entry it was logged as takes the final cost; an overrun whose entry has
-///   aged out is logged anew at `now`.
+///   aged out is logged anew at `now`;
+/// - concurrency: nothing (a lease is freed by its release, whatever it cost).
 pub fn settle(
     spec: &LimitSpec,
     state: Option<&State>,
@@ -740,6 +820,7 @@ pub fn settle(
             let ttl = whole_ms(p + TTL_MARGIN_MS);
             Some((State::SlidingLog { entries }, ttl))
         }
+        Algorithm::Concurrency => None,
     }
 }
 
@@ -933,7 +1014,7 @@ mod tests {
 
     #[test]
     fn settling_30_of_100_gives_exactly_70_back_on_every_algorithm() {
-        for algorithm in Algorithm::ALL {
+        for algorithm in Algorithm::RATES {
             let spec = LimitSpec::new(algorithm, 1_000, 60_000);
             let now = 1_800_000_000_000;
             let (charged, settled) = reserve_then_settle(&spec, 100, now, 30, now + 10);
@@ -989,6 +1070,43 @@ mod tests {
             assert!(denied.ttl_ms >= 3_000, "{algorithm:?}: {}", denied.ttl_ms);
             assert!(evaluate(&spec, Some(&debt), 2_100, 1).decision.allowed());
         }
+    }
+
+    #[test]
+    fn concurrency_holds_at_most_the_limit_until_a_release_or_the_lease_ends() {
+        let spec = LimitSpec::new(Algorithm::Concurrency, 3, 1_000);
+        let mut state: Option<State> = None;
+        for (i, at) in [0, 100, 200].into_iter().enumerate() {
+            let eval = evaluate(&spec, state.as_ref(), at, 1);
+            assert!(eval.decision.allowed(), "lease {i}");
+            assert_eq!(eval.decision.remaining, 2.0 - i as f64);
+            let mut taken = eval.admitted.expect("admitted");
+            name_leases(&mut taken, &format!("l{i}"));
+            state = Some(taken);
+        }
+        // Full: the next waits for the first lease to end at 1000.
+        let denied = evaluate(&spec, state.as_ref(), 500, 1);
+        assert_eq!(denied.decision.verdict, Verdict::Deny);
+        assert_eq!(denied.decision.retry_after_ms, 500);
+        assert_eq!(denied.admitted, None);
+        // Two slots wait for two leases; more than the limit never fits.
+        assert_eq!(
+            evaluate(&spec, state.as_ref(), 500, 2)
+                .decision
+                .retry_after_ms,
+            600
+        );
+        assert_eq!(
+            evaluate(&spec, state.as_ref(), 500, 4).decision.verdict,
+            Verdict::NeverFits
+        );
+        // A release frees its slot at once; an unknown lease changes nothing.
+        let state = state.expect("held");
+        assert_eq!(release(&state, "nope"), None);
+        let released = release(&state, "l1").expect("held");
+        assert!(evaluate(&spec, Some(&released), 500, 1).decision.allowed());
+        // Unreleased, a lease ends by itself after the period.
+        assert!(evaluate(&spec, Some(&state), 1_000, 1).decision.allowed());
     }
 
     #[test]

@@ -35,10 +35,24 @@ pub enum Algorithm {
     SlidingWindow,
     /// An exact log of admitted requests over the last `period`.
     SlidingLog,
+    /// At most `limit` requests in flight: each admitted request holds a lease until it is
+    /// released, or for `period` at most.
+    Concurrency,
 }
 
 impl Algorithm {
-    pub const ALL: [Algorithm; 6] = [
+    pub const ALL: [Algorithm; 7] = [
+        Algorithm::TokenBucket,
+        Algorithm::Gcra,
+        Algorithm::LeakyBucket,
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+        Algorithm::SlidingLog,
+        Algorithm::Concurrency,
+    ];
+
+    /// The algorithms that limit a rate: every one but `concurrency`.
+    pub const RATES: [Algorithm; 6] = [
         Algorithm::TokenBucket,
         Algorithm::Gcra,
         Algorithm::LeakyBucket,
@@ -55,6 +69,7 @@ impl Algorithm {
             Algorithm::FixedWindow => "fixed_window",
             Algorithm::SlidingWindow => "sliding_window",
             Algorithm::SlidingLog => "sliding_log",
+            Algorithm::Concurrency => "concurrency",
         }
     }
 
@@ -67,6 +82,7 @@ impl Algorithm {
             Algorithm::FixedWindow => "Fixed window",
             Algorithm::SlidingWindow => "Sliding window",
             Algorithm::SlidingLog => "Sliding log",
+            Algorithm::Concurrency => "Concurrency",
         }
     }
 
@@ -79,6 +95,7 @@ impl Algorithm {
             Algorithm::FixedWindow => "at most limit per calendar window (each period from a multiple of it): simple, but up to twice the limit across a window's edge",
             Algorithm::SlidingWindow => "the current and previous windows weighted by their overlap: close to exact, with two counters",
             Algorithm::SlidingLog => "an exact log of admitted requests over the last period: exact, one entry per request (limits up to 1,000)",
+            Algorithm::Concurrency => "at most limit requests in flight: each admitted request holds a lease until POST /v1/release, or for period at most (limits up to 1,000)",
         }
     }
 
@@ -109,7 +126,7 @@ impl FromStr for Algorithm {
                     "algorithm",
                     format!(
                         "unknown algorithm {s:?}; use one of token_bucket, gcra, leaky_bucket, \
-                     fixed_window, sliding_window, sliding_log"
+                     fixed_window, sliding_window, sliding_log, concurrency"
                     ),
                 )
             })
@@ -175,18 +192,18 @@ impl LimitSpec {
     /// Every problem with this spec, each with the field it concerns. Empty means valid.
     pub fn problems(&self) -> Vec<FieldError> {
         let mut problems = Vec::new();
-        let max_limit = if self.algorithm == Algorithm::SlidingLog {
-            MAX_LOG_LIMIT
-        } else {
-            MAX_LIMIT
-        };
+        let logged = matches!(
+            self.algorithm,
+            Algorithm::SlidingLog | Algorithm::Concurrency
+        );
+        let max_limit = if logged { MAX_LOG_LIMIT } else { MAX_LIMIT };
         if self.limit == 0 {
             problems.push(FieldError::new("limit", "must be at least 1"));
         } else if self.limit > max_limit {
-            let why = if self.algorithm == Algorithm::SlidingLog {
-                " for sliding_log, which stores one entry per request; use sliding_window for larger limits"
-            } else {
-                ""
+            let why = match self.algorithm {
+                Algorithm::SlidingLog => " for sliding_log, which stores one entry per request; use sliding_window for larger limits",
+                Algorithm::Concurrency => " for concurrency, which stores one entry per lease",
+                _ => "",
             };
             problems.push(FieldError::new(
                 "limit",
@@ -213,6 +230,12 @@ impl LimitSpec {
                 format!("must be at most {MAX_LIMIT}"),
             )),
             _ => {}
+        }
+        if self.algorithm == Algorithm::Concurrency && self.penalty {
+            problems.push(FieldError::new(
+                "penalty",
+                "concurrency has no penalty: a denied request holds no lease",
+            ));
         }
         // A bucket's state must be able to expire: refilling it from empty (capacity ×
         // period / limit) may take at most MAX_PERIOD_MS.

@@ -47,6 +47,26 @@ pub fn describe_rate(limit: u64, period_ms: u64) -> String {
     format!("{limit} / {} {short}", period_ms / size)
 }
 
+/// A rule's limit in words: `10 / 1 s`, or for `concurrency`, `20 in flight, leases up to
+/// 30 s`.
+pub fn describe_limit(algorithm: Algorithm, limit: u64, period_ms: u64) -> String {
+    if algorithm != Algorithm::Concurrency {
+        return describe_rate(limit, period_ms);
+    }
+    let (unit, size) = largest_unit(period_ms);
+    let short = match unit {
+        "seconds" => "s",
+        "minutes" => "min",
+        "hours" => "h",
+        "days" => "d",
+        other => other,
+    };
+    format!(
+        "{limit} in flight, leases up to {} {short}",
+        period_ms / size
+    )
+}
+
 /// What the form holds: a rule, valid when `problems` is empty.
 #[derive(Debug, Clone, PartialEq)]
 struct Draft {
@@ -239,7 +259,8 @@ impl RuleForm {
             limit,
             period_ms,
             burst,
-            penalty: self.penalty.get(),
+            // A concurrency rule's (disabled) penalty box is not read.
+            penalty: self.penalty.get() && algorithm != Algorithm::Concurrency,
             failure_mode,
             shadow: self.shadow.get(),
             enabled: self.enabled.get(),
@@ -577,7 +598,7 @@ fn ImportResult(preview: ImportPreview) -> impl IntoView {
             .into_iter()
             .map(move |r| {
                 let entries = show_entries(r.descriptor.as_deref().unwrap_or_default());
-                let rate = describe_rate(r.limit, r.period_ms);
+                let rate = describe_limit(r.algorithm, r.limit, r.period_ms);
                 let name = r.name.clone();
                 view! {
                     <tr data-name=name>
@@ -759,7 +780,7 @@ fn RuleRow(
         <tr data-testid="rule-row" data-name=name.clone()>
             <td><strong>{name.clone()}</strong></td>
             <td><code>{applies}</code>{scope}</td>
-            <td>{describe_rate(b.limit, b.period_ms)}{burst}<br/><span class="muted small">{b.algorithm.title()}</span></td>
+            <td>{describe_limit(b.algorithm, b.limit, b.period_ms)}{burst}<br/><span class="muted small">{b.algorithm.title()}</span></td>
             <td>
                 <span class=state_class data-testid="rule-state">{state}</span>
                 " "
@@ -905,7 +926,7 @@ fn Overrides(
             <h2 id="overrides-title">{format!("Overrides of {name}")}</h2>
             <p class="muted">{format!(
                 "Another limit for one subject (acme-42) or every subject with a prefix (acme-*). An exact subject beats the longest prefix, which beats the rule ({}). Applied on every instance within a second.",
-                describe_rate(rule.body.limit, period_ms)
+                describe_limit(rule.body.algorithm, rule.body.limit, period_ms)
             )}</p>
             <Transition fallback=|| view! { <p class="muted">"Loading overrides…"</p> }>
                 {move || listed.get().map(|reading| match reading {
@@ -1087,6 +1108,8 @@ fn RuleEditor(
             signal.set(event_target_value(&ev));
         }
     };
+    // A concurrency rule's limit is requests in flight, and its period a lease's lifetime.
+    let in_flight = move || form.algorithm.get() == Algorithm::Concurrency.as_str();
     let has_burst = move || {
         form.algorithm
             .get()
@@ -1161,12 +1184,12 @@ fn RuleEditor(
                         </span>
                     </span>
 
-                    <label for="rule-limit">"Limit"</label>
+                    <label for="rule-limit">{move || if in_flight() { "In flight at once" } else { "Limit" }}</label>
                     <input id="rule-limit" inputmode="numeric" aria-describedby="rule-limit-problem" aria-invalid=invalid("limit")
                         prop:value=form.limit on:input=text("limit", form.limit)/>
                     <span class="field-error" id="rule-limit-problem" data-testid="problem-limit">{problem("limit")}</span>
 
-                    <label for="rule-period">"Per"</label>
+                    <label for="rule-period">{move || if in_flight() { "Leases end after" } else { "Per" }}</label>
                     <span class="inline">
                         <input id="rule-period" inputmode="numeric" aria-describedby="rule-period-problem" aria-invalid=invalid("period_ms")
                             prop:value=form.period on:input=text("period_ms", form.period)/>
@@ -1200,6 +1223,7 @@ fn RuleEditor(
                         on:change=move |ev| form.shadow.set(event_target_checked(&ev))/>
                         " Shadow: evaluate and report, never deny"</label>
                     <label><input type="checkbox" id="rule-penalty" prop:checked=form.penalty
+                        prop:disabled=in_flight
                         on:change=move |ev| form.penalty.set(event_target_checked(&ev))/>
                         " Penalty: denied requests still count"</label>
                     <label><input type="checkbox" id="rule-enabled" prop:checked=form.enabled

@@ -15,7 +15,8 @@
 //!   limiter's rounding up to whole milliseconds;
 //! - only checks whose denial writes nothing qualify: no `penalty` rule (a penalised denial
 //!   charges the bucket), no shadow rule (it is reported as measured), no caller's
-//!   `request_id` (its answer is recorded), no dry run, no local fallback decision;
+//!   `request_id` (its answer is recorded), no dry run, no local fallback decision; and no
+//!   `concurrency` rule, whose capacity comes back whenever a lease is released;
 //! - an entry lives at most [`MAX_LIFE_MS`], so a flood still reaches the limiter about once a
 //!   second per bucket (the dashboards' active keys see it);
 //! - a settled reservation that gives capacity back (`/v1/settle`) is the one exception to
@@ -108,6 +109,7 @@ impl DenyCache {
         !request.dry_run
             && request.request_id.is_none()
             && request.rules.iter().all(|r| !r.shadow && !r.spec.penalty)
+            && !request.takes_lease()
     }
 
     /// A check's identity: its buckets, their parameters, and whether its clock is its own,
@@ -298,6 +300,7 @@ mod tests {
             dry_run,
             max_live_keys: None,
             reserve: None,
+            lease: None,
         }
     }
 

@@ -286,6 +286,35 @@ impl SettleInput {
     }
 }
 
+/// A validated `/v1/release`: which lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReleaseInput {
+    pub lease: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReleaseBody {
+    lease: Option<String>,
+}
+
+impl ReleaseInput {
+    pub fn parse_json(bytes: &[u8]) -> Result<Self, InputError> {
+        let body: ReleaseBody = serde_json::from_slice(bytes)
+            .map_err(|e| invalid("body", format!("invalid JSON body: {e}")))?;
+        let lease = body
+            .lease
+            .ok_or_else(|| invalid("lease", "`lease` is required: the id the check answered"))?;
+        if !keys::is_reservation_id(&lease) {
+            return Err(invalid(
+                "lease",
+                "`lease` must be the id the check answered (32 hex digits)",
+            ));
+        }
+        Ok(Self { lease })
+    }
+}
+
 /// Most descriptors in one gRPC `ShouldRateLimit` request.
 pub const MAX_DESCRIPTORS: usize = 16;
 

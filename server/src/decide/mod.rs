@@ -34,13 +34,14 @@ pub use deny_cache::DenyCache;
 pub use error::DecideError;
 pub use identity::{Identities, UsageRecorder};
 pub use input::{
-    CheckInput, Descriptor, InputError, LimitOverride, Route, SettleInput, Subject, MAX_DESCRIPTORS,
+    CheckInput, Descriptor, InputError, LimitOverride, ReleaseInput, Route, SettleInput, Subject,
+    MAX_DESCRIPTORS,
 };
 pub use tenant::{CompiledTenant, MAX_RULES_PER_MATCH};
 
 use crate::dashboard::LiveInstances;
 use crate::limiter::{
-    keys, CheckRequest, Limiter, LimiterError, MemoryBackend, Reserve, Settlement,
+    keys, CheckRequest, Limiter, LimiterError, MemoryBackend, Released, Reserve, Settlement,
 };
 use crate::store::rules::Rule;
 use crate::telemetry::{Metrics, Outcome};
@@ -74,6 +75,9 @@ pub struct Decided {
     pub local: bool,
     /// The reservation an admitted `/v1/reserve` made, to settle later ([`Decider::settle`]).
     pub reservation: Option<String>,
+    /// The lease an admitted check holds in its `concurrency` rules' buckets, to release
+    /// ([`Decider::release`]).
+    pub lease: Option<String>,
 }
 
 impl Decided {
@@ -185,6 +189,20 @@ impl Decider {
         Ok(settlement)
     }
 
+    /// Releases `tenant`'s lease `id`: its slots are free again at once on every instance
+    /// (concurrency denials are never deny-cached, so no cache holds them).
+    pub async fn release(
+        &self,
+        tenant: &CompiledTenant,
+        id: &str,
+    ) -> Result<Released, DecideError> {
+        let released = self.limiter.release(&tenant.tenant.id, id, None).await?;
+        if released == Released::Now {
+            self.metrics.released();
+        }
+        Ok(released)
+    }
+
     async fn decide_check(
         &self,
         tenant: &CompiledTenant,
@@ -266,6 +284,7 @@ impl Decider {
             dry_run: mode == Mode::DryRun,
             max_live_keys: tenant.max_live_buckets,
             reserve: None,
+            lease: None,
         };
         if let Some(ttl_ms) = reserve_ttl_ms.filter(|_| mode != Mode::DryRun) {
             // Set first, so that the idempotency record's key (and so a request_id's
@@ -277,6 +296,10 @@ impl Decider {
             let reply_key = request.request_id.is_some().then(|| request.reply_key());
             let id = keys::reservation_id(reply_key.as_deref());
             request.reserve = Some(Reserve { id, ttl_ms });
+        }
+        if request.takes_lease() && mode != Mode::DryRun {
+            let reply_key = request.request_id.is_some().then(|| request.reply_key());
+            request.lease = Some(keys::lease_id(reply_key.as_deref()));
         }
         // A check the limiter has just denied, and surely would again, is denied here.
         let cacheable = mode != Mode::DryRun && DenyCache::eligible(&request);
@@ -356,6 +379,16 @@ impl Decider {
             .reserve
             .filter(|_| outcome.allowed)
             .map(|reserve| reserve.id);
+        // A lease is held when a concurrency rule took a slot: every admitting rule did.
+        let holds_lease = outcome.allowed
+            && request
+                .rules
+                .iter()
+                .zip(&outcome.decisions)
+                .any(|(rule, d)| {
+                    rule.spec.algorithm == app::rules::Algorithm::Concurrency && d.allowed()
+                });
+        let lease = request.lease.filter(|_| holds_lease);
         Ok(Answer::Decided(Decided {
             allowed: outcome.allowed,
             rules,
@@ -364,6 +397,7 @@ impl Decider {
             now_ms: outcome.now_ms,
             local: false,
             reservation,
+            lease,
         }))
     }
 
@@ -391,6 +425,7 @@ impl Decider {
             now_ms: denial.now_ms,
             local: false,
             reservation: None,
+            lease: None,
         })
     }
 
@@ -499,6 +534,7 @@ impl Decider {
             max_live_keys: request.max_live_keys,
             // Nothing to settle: the caller is told no reservation was made.
             reserve: None,
+            lease: None,
         };
         let all = rules;
         let rules: Vec<Arc<Rule>> = picked.iter().map(|&i| rules[i].clone()).collect();
@@ -537,6 +573,7 @@ impl Decider {
             now_ms: outcome.now_ms,
             local: true,
             reservation: None,
+            lease: None,
         }))
     }
 }

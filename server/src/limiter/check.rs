@@ -83,6 +83,17 @@ pub enum Settlement {
     },
 }
 
+/// What releasing a lease did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Released {
+    /// No such lease for this tenant: never taken, or it ended by itself.
+    Unknown,
+    /// Its slots are free now.
+    Now,
+    /// It was released before; nothing changed.
+    Before,
+}
+
 /// One rule of a check: its bucket key ([`keys::bucket`]), its parameters, and the cost.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RuleCheck {
@@ -113,6 +124,9 @@ pub struct CheckRequest {
     pub max_live_keys: Option<u64>,
     /// Keep what an admitted check charged, to settle later (not in a dry run).
     pub reserve: Option<Reserve>,
+    /// The id of the lease an admitted check takes in its `concurrency` rules' buckets
+    /// ([`keys::is_reservation_id`]'s form); `None` makes one at random ([`Self::lease_id`]).
+    pub lease: Option<String>,
 }
 
 /// The decision for one request.
@@ -156,6 +170,24 @@ impl CheckRequest {
         keys::request(&self.tenant, &identity)
     }
 
+    /// Whether a rule is `concurrency`: an admitted check then takes a lease.
+    pub fn takes_lease(&self) -> bool {
+        self.rules
+            .iter()
+            .any(|r| r.spec.algorithm == app::rules::Algorithm::Concurrency)
+    }
+
+    /// The id of the lease this check takes, when it takes one: its own, or one made now.
+    pub fn lease_id(&self) -> Option<std::borrow::Cow<'_, str>> {
+        if !self.takes_lease() {
+            return None;
+        }
+        Some(match &self.lease {
+            Some(id) => std::borrow::Cow::Borrowed(id.as_str()),
+            None => std::borrow::Cow::Owned(keys::lease_id(None)),
+        })
+    }
+
     /// Refuses a request no backend may run: bad limits, costs, keys outside the tenant's
     /// slot, a dry run with a request id.
     pub fn validate(&self) -> Result<(), LimiterError> {
@@ -175,6 +207,11 @@ impl CheckRequest {
             }
             if !keys::is_reservation_id(&reserve.id) {
                 return invalid(format!("{:?} is not a reservation id", reserve.id));
+            }
+        }
+        if let Some(lease) = &self.lease {
+            if !keys::is_reservation_id(lease) {
+                return invalid(format!("{lease:?} is not a lease id"));
             }
         }
         if self.rules.is_empty() || self.rules.len() > MAX_RULES {
@@ -256,6 +293,7 @@ mod tests {
             dry_run: false,
             max_live_keys: None,
             reserve: None,
+            lease: None,
         };
         assert!(request("sl:{t1}:r:*").validate().is_ok());
         assert!(matches!(

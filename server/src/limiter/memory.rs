@@ -21,7 +21,7 @@ use app::rules::model::{self, RuleInput, State};
 use app::rules::LimitSpec;
 
 use super::check::{
-    CheckOutcome, CheckRequest, LimiterError, Settlement, REQUEST_ID_TTL, SETTLED_TTL,
+    CheckOutcome, CheckRequest, LimiterError, Released, Settlement, REQUEST_ID_TTL, SETTLED_TTL,
 };
 use crate::redis_client::keys;
 
@@ -74,11 +74,20 @@ struct Reservation {
     settled: Option<u64>,
 }
 
+/// What a lease holds, as `lua/check.lua` records it: the concurrency buckets it took a slot
+/// in, and whether it has been released.
+#[derive(Debug, Clone)]
+struct Lease {
+    buckets: Vec<String>,
+    released: bool,
+}
+
 #[derive(Default)]
 struct Shard {
     buckets: HashMap<String, (State, i64)>,
     replies: HashMap<String, (CheckOutcome, i64)>,
     reservations: HashMap<String, (Reservation, i64)>,
+    leases: HashMap<String, (Lease, i64)>,
     writes: u32,
 }
 
@@ -106,6 +115,8 @@ impl Shard {
         self.replies
             .retain(|key, (_, expires)| drop_expired(key, *expires));
         self.reservations
+            .retain(|key, (_, expires)| drop_expired(key, *expires));
+        self.leases
             .retain(|key, (_, expires)| drop_expired(key, *expires));
         self.writes = 0;
         if removed.is_empty() {
@@ -207,6 +218,11 @@ impl MemoryBackend {
             .collect();
         order.extend(reply_key.as_deref().map(|k| self.shard_of(k)));
         order.extend(reservation.as_ref().map(|(k, _)| self.shard_of(k)));
+        let lease = request
+            .lease_id()
+            .filter(|_| !request.dry_run)
+            .map(|id| (keys::lease(&request.tenant, &id), id.into_owned()));
+        order.extend(lease.as_ref().map(|(k, _)| self.shard_of(k)));
         order.sort_unstable();
         order.dedup();
         let mut guards: Vec<(usize, MutexGuard<'_, Shard>)> =
@@ -222,6 +238,7 @@ impl MemoryBackend {
         let rule_guards: Vec<usize> = request.rules.iter().map(|r| position(&r.key)).collect();
         let reply_guard = reply_key.as_deref().map(position);
         let reservation_guard = reservation.as_ref().map(|(k, _)| position(k));
+        let lease_guard = lease.as_ref().map(|(k, _)| position(k));
 
         if let (Some(key), Some(g)) = (&reply_key, reply_guard) {
             if let Some((reply, expires)) = guards[g].1.replies.get(key) {
@@ -255,11 +272,24 @@ impl MemoryBackend {
         let state_refs: Vec<Option<&State>> = states.iter().map(Option::as_ref).collect();
         let result = model::check_all(&inputs, &state_refs, now);
 
-        let writes = if request.dry_run {
+        let mut writes = if request.dry_run {
             Vec::new()
         } else {
             result.writes
         };
+        // The concurrency buckets an admitted check takes a slot in, under its lease's id.
+        let mut held = Vec::new();
+        if let Some((_, id)) = &lease {
+            for (rule, write) in request.rules.iter().zip(writes.iter_mut()) {
+                if let Some((state, _)) = write {
+                    if result.allowed && rule.spec.algorithm == app::rules::Algorithm::Concurrency {
+                        model::name_leases(state, id);
+                        held.push((rule.key.clone(), rule.spec.period_ms));
+                    }
+                }
+            }
+        }
+        let lease = lease.filter(|_| !held.is_empty());
         // The keys this check stores that are not stored yet (an expired one still counts
         // until a sweep removes it, so replacing it adds nothing).
         let mut fresh = writes
@@ -276,6 +306,9 @@ impl MemoryBackend {
         if let (Some((key, _)), Some(g)) = (&reservation, reservation_guard) {
             fresh += u64::from(!guards[g].1.reservations.contains_key(key));
         }
+        if let (Some((key, _)), Some(g)) = (&lease, lease_guard) {
+            fresh += u64::from(!guards[g].1.leases.contains_key(key));
+        }
         if fresh > 0 {
             let mut counts = lock(&self.counts);
             let live = counts.get(&request.tenant).copied().unwrap_or(0);
@@ -289,6 +322,19 @@ impl MemoryBackend {
                 }
             }
             add(&mut counts, &request.tenant, fresh);
+        }
+        if let (Some((key, _)), Some(g)) = (lease, lease_guard) {
+            let longest = held.iter().map(|(_, p)| *p).max().unwrap_or(0);
+            let expires = now
+                .saturating_add(i64::try_from(longest).unwrap_or(i64::MAX))
+                .saturating_add(model::TTL_MARGIN_MS as i64);
+            let record = Lease {
+                buckets: held.into_iter().map(|(k, _)| k).collect(),
+                released: false,
+            };
+            let shard = &mut guards[g].1;
+            shard.leases.insert(key, (record, expires));
+            shard.wrote(now, &self.counts);
         }
         if let (Some((key, ttl)), Some(g)) = (reservation, reservation_guard) {
             let charged = request
@@ -419,6 +465,49 @@ impl MemoryBackend {
         }
     }
 
+    /// Releases `tenant`'s lease `id` (see `lua/release.lua`, which this mirrors): its slot in
+    /// every bucket it holds is freed in one step, under all their shards' locks.
+    pub fn release(&self, tenant: &str, id: &str, now_ms: Option<i64>) -> Released {
+        let now = now_ms.unwrap_or_else(crate::store::now_ms);
+        let record_key = keys::lease(tenant, id);
+        let record_shard = self.shard_of(&record_key);
+        let buckets: Vec<String> = match lock(&self.shards[record_shard]).leases.get(&record_key) {
+            Some((record, expires)) if *expires > now => record.buckets.clone(),
+            _ => return Released::Unknown,
+        };
+        let mut order: Vec<usize> = buckets.iter().map(|k| self.shard_of(k)).collect();
+        order.push(record_shard);
+        order.sort_unstable();
+        order.dedup();
+        let mut guards: Vec<MutexGuard<'_, Shard>> =
+            order.iter().map(|&i| lock(&self.shards[i])).collect();
+        let guard_of = |shard: usize| {
+            order
+                .iter()
+                .position(|&i| i == shard)
+                .expect("every shard used is locked")
+        };
+        let record_guard = guard_of(record_shard);
+        match guards[record_guard].leases.get_mut(&record_key) {
+            Some((record, expires)) if *expires > now => {
+                if record.released {
+                    return Released::Before;
+                }
+                record.released = true;
+            }
+            _ => return Released::Unknown,
+        }
+        for key in &buckets {
+            let shard = &mut guards[guard_of(self.shard_of(key))];
+            if let Some((state, _)) = shard.buckets.get_mut(key) {
+                if let Some(freed) = model::release(state, id) {
+                    *state = freed;
+                }
+            }
+        }
+        Released::Now
+    }
+
     /// Removes the bucket `key` (a reset: its next check starts it afresh) and takes it off
     /// its tenant's count of stored keys, the quota's. Whether a live bucket was there.
     pub fn remove(&self, key: &str, now: i64) -> bool {
@@ -482,7 +571,10 @@ impl MemoryBackend {
             .iter()
             .map(|s| {
                 let shard = lock(s);
-                shard.buckets.len() + shard.replies.len() + shard.reservations.len()
+                shard.buckets.len()
+                    + shard.replies.len()
+                    + shard.reservations.len()
+                    + shard.leases.len()
             })
             .sum()
     }

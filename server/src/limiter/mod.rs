@@ -13,9 +13,9 @@ mod memory;
 mod redis_backend;
 
 pub use check::{
-    BackendKind, CheckOutcome, CheckRequest, LimiterError, Reserve, RuleCheck, Settlement,
-    DEFAULT_RESERVATION_TTL_MS, MAX_RESERVATION_TTL_MS, MAX_RULES, MIN_RESERVATION_TTL_MS,
-    REQUEST_ID_TTL, SETTLED_TTL,
+    BackendKind, CheckOutcome, CheckRequest, LimiterError, Released, Reserve, RuleCheck,
+    Settlement, DEFAULT_RESERVATION_TTL_MS, MAX_RESERVATION_TTL_MS, MAX_RULES,
+    MIN_RESERVATION_TTL_MS, REQUEST_ID_TTL, SETTLED_TTL,
 };
 pub use memory::MemoryBackend;
 pub use redis_backend::{check_script_sha, ActiveMarks};
@@ -133,6 +133,25 @@ impl Limiter {
             Limiter::Redis(redis, _) => {
                 redis_backend::settle(redis, tenant, id, cost, now_ms, quota).await
             }
+        }
+    }
+
+    /// Releases `tenant`'s lease `id` (taken by a check of a `concurrency` rule): its slot in
+    /// every bucket it holds is free again at once. A second release changes nothing.
+    /// `now_ms`: an explicit clock for the in-process limiter's expiry (tests); Redis keeps
+    /// its own time.
+    pub async fn release(
+        &self,
+        tenant: &str,
+        id: &str,
+        now_ms: Option<i64>,
+    ) -> Result<Released, LimiterError> {
+        if !keys::is_reservation_id(id) {
+            return Err(LimiterError::Invalid(format!("{id:?} is not a lease id")));
+        }
+        match self {
+            Limiter::InProcess(memory) => Ok(memory.release(tenant, id, now_ms)),
+            Limiter::Redis(redis, _) => redis_backend::release(redis, tenant, id).await,
         }
     }
 

@@ -11,7 +11,8 @@ use app::rules::Algorithm;
 use redis::Value;
 
 use super::check::{
-    CheckOutcome, CheckRequest, LimiterError, Settlement, MAX_RULES, REQUEST_ID_TTL, SETTLED_TTL,
+    CheckOutcome, CheckRequest, LimiterError, Released, Settlement, MAX_RULES, REQUEST_ID_TTL,
+    SETTLED_TTL,
 };
 use crate::redis_client::{keys, RedisClient};
 
@@ -21,6 +22,9 @@ const CHECK_SOURCE: &str = include_str!("../../../lua/check.lua");
 /// The settle script.
 static SETTLE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(SETTLE_SOURCE));
 const SETTLE_SOURCE: &str = include_str!("../../../lua/settle.lua");
+/// The release script.
+static RELEASE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RELEASE_SOURCE));
+const RELEASE_SOURCE: &str = include_str!("../../../lua/release.lua");
 
 /// Runs the check script for `request`.
 ///
@@ -188,6 +192,7 @@ fn algorithm_code(algorithm: Algorithm) -> u8 {
         Algorithm::FixedWindow => 4,
         Algorithm::SlidingWindow => 5,
         Algorithm::SlidingLog => 6,
+        Algorithm::Concurrency => 7,
     }
 }
 
@@ -201,7 +206,8 @@ fn add_script_args(
     unmarked: &str,
 ) {
     let n = request.rules.len();
-    cmd.arg(n + 3 + usize::from(request.reserve.is_some()));
+    let lease = request.lease_id();
+    cmd.arg(n + 3 + usize::from(request.reserve.is_some()) + usize::from(lease.is_some()));
     for rule in &request.rules {
         cmd.arg(&rule.key);
     }
@@ -210,6 +216,9 @@ fn add_script_args(
         .arg(keys::live_index(&request.tenant));
     if let Some(reserve) = &request.reserve {
         cmd.arg(keys::reservation(&request.tenant, &reserve.id));
+    }
+    if let Some(lease) = &lease {
+        cmd.arg(keys::lease(&request.tenant, lease));
     }
     match request.now_ms {
         Some(now) => cmd.arg(now),
@@ -231,8 +240,50 @@ fn add_script_args(
         None => cmd.arg(-1),
     };
     cmd.arg(unmarked);
-    if let Some(reserve) = &request.reserve {
-        cmd.arg(reserve.ttl_ms);
+    if request.reserve.is_some() || lease.is_some() {
+        cmd.arg(request.reserve.as_ref().map_or(0, |r| r.ttl_ms));
+    }
+    if let Some(lease) = &lease {
+        cmd.arg(lease.as_ref());
+    }
+}
+
+/// One bucket member a lease holds, as `lua/check.lua` recorded it.
+#[derive(serde::Deserialize)]
+struct Held {
+    k: String,
+}
+
+/// Releases `tenant`'s lease `id`: reads which buckets it holds, then runs `lua/release.lua`
+/// on them and the record in one step.
+pub async fn release(
+    redis: &RedisClient,
+    tenant: &str,
+    id: &str,
+) -> Result<Released, LimiterError> {
+    let bad = |what: String| LimiterError::Protocol(format!("release: {what}"));
+    let record = keys::lease(tenant, id);
+    let raw: Option<String> = redis
+        .query_routed(redis::cmd("HGET").arg(&record).arg("r"), Some(&record))
+        .await?;
+    let Some(raw) = raw else {
+        return Ok(Released::Unknown);
+    };
+    let held: Vec<Held> =
+        serde_json::from_str(&raw).map_err(|e| bad(format!("unreadable record: {e}")))?;
+    let reply: Vec<i64> = redis
+        .run_script(&RELEASE, RELEASE_SOURCE, &record, |cmd| {
+            cmd.arg(1 + held.len()).arg(&record);
+            for h in &held {
+                cmd.arg(&h.k);
+            }
+        })
+        .await?;
+    match reply.as_slice() {
+        [0] => Ok(Released::Unknown),
+        [1] => Ok(Released::Now),
+        [2] => Ok(Released::Before),
+        other => Err(bad(format!("unexpected reply {other:?}"))),
     }
 }
 
@@ -368,7 +419,7 @@ fn parse_reply(reply: Value, request: &CheckRequest) -> Result<CheckOutcome, Lim
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limiter::RuleCheck;
+    use crate::limiter::{Reserve, RuleCheck};
     use app::rules::LimitSpec;
     use proptest::prelude::*;
 
@@ -422,6 +473,7 @@ mod tests {
                 dry_run: false,
                 max_live_keys: None,
                 reserve: None,
+                lease: None,
             })
     }
 
@@ -442,6 +494,7 @@ mod tests {
             dry_run: false,
             max_live_keys: None,
             reserve: None,
+            lease: None,
         };
         let unmarked = |minute, request: &CheckRequest| {
             marks
@@ -471,24 +524,35 @@ mod tests {
             ttl in prop_oneof![Just(-1_i64), Just(0), 1..600_000_i64],
             request_id in proptest::option::of("[a-z]{1,8}"),
             quota in proptest::option::of(0..1_000_000_u64),
+            reserve in proptest::option::of(1_000..3_600_000_u64),
         ) {
             request.request_id = request_id;
             request.max_live_keys = quota;
+            request.reserve = reserve.map(|ttl_ms| Reserve { id: "e".repeat(32), ttl_ms });
+            request.lease = Some("c".repeat(32));
+            let (r, l) = (usize::from(reserve.is_some()), usize::from(request.takes_lease()));
             let mut cmd = redis::cmd("EVALSHA");
             cmd.arg("sha");
             let unmarked: String = (0..request.rules.len()).map(|i| if i % 2 == 0 { '1' } else { '0' }).collect();
             add_script_args(&mut cmd, &request, "slr:{t}:x", ttl, 29_000_000, &unmarked);
             let args = args_of(&cmd);
             let n = request.rules.len();
-            prop_assert_eq!(args.len(), 3 + (n + 3) + 3 + 7 * n + 3);
-            prop_assert_eq!(&args[2], &(n + 3).to_string());
+            let tail = if r + l > 0 { 1 + l } else { 0 };
+            prop_assert_eq!(args.len(), 3 + (n + 3 + r + l) + 3 + 7 * n + 3 + tail);
+            prop_assert_eq!(&args[2], &(n + 3 + r + l).to_string());
             for (i, rule) in request.rules.iter().enumerate() {
                 prop_assert_eq!(&args[3 + i], &rule.key);
             }
             prop_assert_eq!(&args[3 + n], "slr:{t}:x");
             prop_assert_eq!(&args[4 + n], "slk:{t}:29000000");
             prop_assert_eq!(&args[5 + n], "slb:{t}");
-            let argv = &args[6 + n..];
+            if r == 1 {
+                prop_assert_eq!(&args[6 + n], &format!("slv:{{t}}:{}", "e".repeat(32)));
+            }
+            if l == 1 {
+                prop_assert_eq!(&args[6 + n + r], &format!("slc:{{t}}:{}", "c".repeat(32)));
+            }
+            let argv = &args[6 + n + r + l..];
             prop_assert_eq!(&argv[0], &request.now_ms.map_or(String::new(), |t| t.to_string()));
             prop_assert_eq!(&argv[1], &ttl.to_string());
             prop_assert_eq!(&argv[2], &n.to_string());
@@ -509,6 +573,12 @@ mod tests {
             prop_assert_eq!(&argv[3 + 7 * n], caller);
             prop_assert_eq!(&argv[4 + 7 * n], &quota.map_or("-1".to_owned(), |q| q.to_string()));
             prop_assert_eq!(&argv[5 + 7 * n], &unmarked);
+            if r + l > 0 {
+                prop_assert_eq!(&argv[6 + 7 * n], &reserve.unwrap_or(0).to_string());
+            }
+            if l == 1 {
+                prop_assert_eq!(&argv[7 + 7 * n], &"c".repeat(32));
+            }
         }
 
         /// A reply in the documented shape reads back as the decisions it encodes.

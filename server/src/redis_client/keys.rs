@@ -78,6 +78,7 @@ fn algorithm_tag(algorithm: app::rules::Algorithm) -> &'static str {
         app::rules::Algorithm::FixedWindow => "fw",
         app::rules::Algorithm::SlidingWindow => "sw",
         app::rules::Algorithm::SlidingLog => "sl",
+        app::rules::Algorithm::Concurrency => "cc",
     }
 }
 
@@ -118,6 +119,21 @@ pub fn live_index(tenant: &str) -> String {
 /// `slv:{<tenant>}:<id>`.
 pub fn reservation(tenant: &str, id: &str) -> String {
     format!("slv:{{{tenant}}}:{id}")
+}
+
+/// A lease of a `concurrency` rule: the bucket members it holds, for `/v1/release`:
+/// `slc:{<tenant>}:<id>`.
+pub fn lease(tenant: &str, id: &str) -> String {
+    format!("slc:{{{tenant}}}:{id}")
+}
+
+/// A lease id for a request with a caller's `request_id` (so a retry names the same lease),
+/// else at random; as [`reservation_id`].
+pub fn lease_id(reply_key: Option<&str>) -> String {
+    match reply_key {
+        Some(key) => short_hash(&format!("lease\n{key}")),
+        None => hex::encode(rand::random::<[u8; 16]>()),
+    }
 }
 
 /// Whether `id` has the form of a reservation id: 32 lowercase hex digits.
@@ -248,7 +264,7 @@ mod tests {
             .into_iter()
             .map(|a| rule_part("r", a))
             .collect();
-        assert_eq!(parts.len(), 6);
+        assert_eq!(parts.len(), Algorithm::ALL.len());
         assert_eq!(rule_part("r", Algorithm::Gcra), "r.gcra");
     }
 

@@ -49,6 +49,8 @@ pub struct Metrics {
     settlements: IntCounterVec,
     /// Units settling gave back (`refunded`) or charged beyond the estimate (`overrun`).
     settled_units: IntCounterVec,
+    /// Leases released (`POST /v1/release`), repeats not counted.
+    releases: IntCounter,
     /// Loads of keys and tenants from the store (cache misses and refreshes, coalesced).
     cache_loads: IntCounterVec,
     /// Subscriptions to admin changes made (the first, and each after a lost one).
@@ -243,6 +245,11 @@ impl Metrics {
             "Cost units settling gave back (refunded) or charged beyond the estimate (overrun), once per reservation however many rules it charged.",
             &["direction"],
         );
+        let releases = IntCounter::new(
+            "lease_releases_total",
+            "Leases of concurrency rules released (POST /v1/release), repeats not counted; an unreleased lease ends by itself after the rule's period.",
+        )
+        .expect("valid metric");
         let cache_loads = counter(
             "cache_loads_total",
             "Keys and tenants loaded from the store (one per id at a time, however many checks miss it).",
@@ -264,6 +271,7 @@ impl Metrics {
             Box::new(cached_denials.clone()),
             Box::new(settlements.clone()),
             Box::new(settled_units.clone()),
+            Box::new(releases.clone()),
             Box::new(cache_loads.clone()),
             Box::new(change_subscriptions.clone()),
             Box::new(redis_breaker_open.clone()),
@@ -303,6 +311,7 @@ impl Metrics {
             cached_denials,
             settlements,
             settled_units,
+            releases,
             cache_loads,
             change_subscriptions,
             http_in_flight,
@@ -437,6 +446,11 @@ impl Metrics {
         self.settled_units
             .with_label_values(&[direction])
             .inc_by(units);
+    }
+
+    /// Counts one lease released.
+    pub fn released(&self) {
+        self.releases.inc();
     }
 
     /// Counts one load of `cache` (`key` or `tenant`) from the store.

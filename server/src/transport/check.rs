@@ -23,9 +23,10 @@ use super::credentials::presented_key;
 use super::error::ApiError;
 use super::ops::method_label;
 use super::state::AppState;
-use crate::decide::{Answer, CheckInput, Mode, SettleInput};
-use crate::limiter::Settlement;
+use crate::decide::{Answer, CheckInput, Mode, ReleaseInput, SettleInput};
+use crate::limiter::{Released, Settlement};
 use crate::store::rules::Rule;
+use app::rules::Algorithm;
 
 /// The largest accepted request body.
 pub const MAX_BODY_BYTES: usize = 8 * 1024;
@@ -52,6 +53,10 @@ pub struct CheckResponse<'a> {
     /// failed open, or decided `local`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reservation: Option<&'a str>,
+    /// The lease an admitted request holds in its `concurrency` rules, to free with
+    /// `/v1/release` when it is done (it ends by itself after the rule's period).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease: Option<&'a str>,
 }
 
 fn too_big() -> ApiError {
@@ -130,6 +135,7 @@ fn answer_response(answer: &Answer) -> Response {
             never_fits: false,
             degraded: None,
             reservation: None,
+            lease: None,
         })
         .into_response(),
         Answer::FailedOpen { policy } => Json(CheckResponse {
@@ -142,6 +148,7 @@ fn answer_response(answer: &Answer) -> Response {
             never_fits: false,
             degraded: Some("fail_open"),
             reservation: None,
+            lease: None,
         })
         .into_response(),
         Answer::Decided(decided) => {
@@ -151,7 +158,7 @@ fn answer_response(answer: &Answer) -> Response {
                 decision,
                 decided.allowed,
                 decided.local,
-                decided.reservation.as_deref(),
+                (decided.reservation.as_deref(), decided.lease.as_deref()),
             )
         }
     }
@@ -163,7 +170,7 @@ fn respond(
     decision: &Decision,
     allowed: bool,
     local: bool,
-    reservation: Option<&str>,
+    (reservation, lease): (Option<&str>, Option<&str>),
 ) -> Response {
     let never_fits = decision.verdict == Verdict::NeverFits;
     let remaining = decision.remaining.max(0.0).floor() as u64;
@@ -177,6 +184,7 @@ fn respond(
         never_fits,
         degraded: local.then_some("local"),
         reservation,
+        lease,
     };
     let mut bytes = Vec::with_capacity(256);
     if let Err(error) = serde_json::to_writer(&mut bytes, &body) {
@@ -280,6 +288,42 @@ pub async fn settle(
     answer.await.unwrap_or_else(IntoResponse::into_response)
 }
 
+/// The body of `/v1/release`'s answer.
+#[derive(Debug, Serialize)]
+pub struct ReleaseResponse<'a> {
+    pub lease: &'a str,
+    /// It had been released before; nothing changed now.
+    pub repeated: bool,
+}
+
+/// `POST /v1/release`: frees a lease's slot in every concurrency bucket it holds, at once.
+/// 200 when released (again: `repeated`), 404 when there is no such lease of this tenant
+/// (never taken, or it ended by itself after the rule's period).
+pub async fn release(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let answer = async {
+        let key = state.identities.key(presented_key(&headers)).await?;
+        let tenant = state.identities.check_tenant(&key).await?;
+        let body = body.map_err(|_| too_big())?;
+        let input = ReleaseInput::parse_json(&body).map_err(|e| ApiError::BadRequest(e.message))?;
+        match state.decider.release(&tenant, &input.lease).await? {
+            Released::Unknown => Err(ApiError::Absent(format!(
+                "no lease {} of this tenant: it was never taken, or it ended by itself after its rule's period",
+                input.lease
+            ))),
+            released => Ok(Json(ReleaseResponse {
+                lease: &input.lease,
+                repeated: released == Released::Before,
+            })
+            .into_response()),
+        }
+    };
+    answer.await.unwrap_or_else(IntoResponse::into_response)
+}
+
 const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
 const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
 const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
@@ -312,7 +356,15 @@ pub fn rate_limit_headers(
         (X_RATELIMIT_RESET, reset.to_string()),
         (
             RATELIMIT_POLICY,
-            format!("\"{}\";q={};w={}", rule.body.name, decision.limit, window),
+            if rule.body.algorithm == Algorithm::Concurrency {
+                // Requests in flight, not a quota per window.
+                format!(
+                    "\"{}\";q={};qu=\"concurrent-requests\"",
+                    rule.body.name, decision.limit
+                )
+            } else {
+                format!("\"{}\";q={};w={}", rule.body.name, decision.limit, window)
+            },
         ),
         (
             RATELIMIT,

@@ -312,6 +312,19 @@ fn reserve_paths() -> Value {
                 "503": problem("The limiter cannot decide and a matching rule fails closed, or the key is not cached and the store is down.")
             }
         } },
+        "/v1/release": { "post": {
+            "operationId": "release", "tags": ["check"],
+            "summary": "Free a lease a check of a concurrency rule answered: its slot in every bucket it holds is free at once (check keys only). Releasing again answers the same (`repeated`).",
+            "requestBody": body("ReleaseRequest"),
+            "responses": {
+                "200": ok("Released, now or before.", schema("ReleaseResponse")),
+                "400": problem("Invalid JSON or a malformed lease id."),
+                "401": problem("Unknown, revoked or expired key."),
+                "403": problem("Not a check key, or the tenant is suspended."),
+                "404": problem("No such lease of this tenant: never taken, or it ended by itself after its rule's period."),
+                "503": problem("The limiter's store is unavailable: nothing changed; retry (releasing is idempotent).")
+            }
+        } },
         "/v1/settle": { "post": {
             "operationId": "settle", "tags": ["check"],
             "summary": "Set a reservation's final cost on every rule it charged, in one atomic step: the unused part of the estimate is given back, an overrun charged (a bucket may go into debt). Settling again at the same cost answers the same (`repeated`).",
@@ -346,6 +359,13 @@ fn reserve_schemas(check_request: &Value, check_response: &Value) -> Value {
             "properties": {
                 "reservation": { "type": "string", "pattern": "^[0-9a-f]{32}$" },
                 "cost": { "type": "integer", "minimum": 0, "maximum": MAX_COST, "description": "The final cost; 0 gives the whole estimate back." }
+            } },
+        "ReleaseRequest": { "type": "object", "required": ["lease"], "additionalProperties": false,
+            "properties": { "lease": { "type": "string", "pattern": "^[0-9a-f]{32}$" } } },
+        "ReleaseResponse": { "type": "object", "required": ["lease", "repeated"],
+            "properties": {
+                "lease": { "type": "string" },
+                "repeated": { "type": "boolean", "description": "Released before; nothing changed now." }
             } },
         "SettleResponse": { "type": "object", "required": ["reservation", "estimate", "cost", "repeated"],
             "properties": {
@@ -454,7 +474,8 @@ fn schemas() -> Value {
                     "properties": { "key": text, "value": text } }
             },
             "scope": { "type": "string", "enum": ["tenant", "subject"] },
-            "algorithm": { "type": "string", "enum": ["token_bucket", "gcra", "leaky_bucket", "fixed_window", "sliding_window", "sliding_log"] },
+            "algorithm": { "type": "string", "enum": ["token_bucket", "gcra", "leaky_bucket", "fixed_window", "sliding_window", "sliding_log", "concurrency"],
+                "description": "concurrency: at most limit requests in flight per bucket; a check answers a lease to release with /v1/release, which otherwise ends after period_ms." },
             "limit": { "type": "integer", "minimum": 1, "maximum": MAX_LIMIT },
             "period_ms": { "type": "integer", "minimum": 1, "maximum": MAX_PERIOD_MS },
             "burst": { "type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "description": "Bucket algorithms only; defaults to limit." },
@@ -498,7 +519,8 @@ fn schemas() -> Value {
                 "reset_after_ms": { "type": ["integer", "null"] },
                 "retry_after_ms": { "type": ["integer", "null"] },
                 "never_fits": { "type": "boolean", "description": "The cost exceeds the rule's capacity: do not retry." },
-                "degraded": { "type": "string", "enum": ["fail_open", "local"], "description": "The limiter could not decide: fail_open, a fail-open rule allowed; local, this instance decided with its share of the limit (limit ÷ live instances)." }
+                "degraded": { "type": "string", "enum": ["fail_open", "local"], "description": "The limiter could not decide: fail_open, a fail-open rule allowed; local, this instance decided with its share of the limit (limit ÷ live instances)." },
+                "lease": { "type": "string", "pattern": "^[0-9a-f]{32}$", "description": "When a concurrency rule admitted the request: release it with /v1/release when done; it ends by itself after the rule's period_ms." }
             }
         },
         "TenantCreate": { "type": "object", "required": ["name"], "additionalProperties": false,

@@ -67,6 +67,10 @@ pub fn router(state: AppState, console_threads: tokio::runtime::Handle) -> Route
             post(check::reserve).layer(axum::extract::DefaultBodyLimit::max(check::MAX_BODY_BYTES)),
         )
         .route(
+            "/v1/release",
+            post(check::release).layer(axum::extract::DefaultBodyLimit::max(check::MAX_BODY_BYTES)),
+        )
+        .route(
             "/v1/settle",
             post(check::settle).layer(axum::extract::DefaultBodyLimit::max(check::MAX_BODY_BYTES)),
         )

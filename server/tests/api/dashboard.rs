@@ -254,6 +254,7 @@ async fn touch(limiter: &Limiter, tenant: &str, count: usize) {
             dry_run: false,
             max_live_keys: None,
             reserve: None,
+            lease: None,
         })
         .collect();
     let results: Vec<bool> = futures::stream::iter(requests)
@@ -333,6 +334,7 @@ async fn cardinality_on(target: LimiterTarget, sizes: &[usize]) {
         dry_run: true,
         max_live_keys: None,
         reserve: None,
+        lease: None,
     };
     limiter.check(&dry).await.unwrap();
     let counts = store

@@ -14,6 +14,7 @@ mod services;
 
 mod admin_service;
 mod check_api;
+mod concurrency;
 mod console_admin;
 mod console_auth;
 mod dashboard;

@@ -101,6 +101,14 @@ const EXPECTED: &[(&str, &str, u16)] = &[
     ("post", "/v1/check", 200),
     ("post", "/v1/admin/tenants/{tenant}/rules/{id}/reset", 400),
     ("post", "/v1/admin/tenants/{tenant}/rules", 201),
+    ("post", "/v1/admin/tenants/{tenant}/rules/{id}/reset", 200),
+    ("post", "/v1/check", 200),
+    ("post", "/v1/release", 200),
+    ("post", "/v1/release", 404),
+    ("post", "/v1/release", 400),
+    ("post", "/v1/release", 401),
+    ("post", "/v1/release", 403),
+    ("post", "/v1/admin/tenants/{tenant}/rules", 201),
     (
         "post",
         "/v1/admin/tenants/{tenant}/rules/{id}/overrides",
@@ -504,6 +512,48 @@ async fn every_documented_operation_is_exercised_and_answers_a_documented_status
         Some(json!({ "subject": "x" })),
     )
     .await; // 400
+
+    // A concurrency rule: a check takes a lease, released once; then the errors.
+    w.call(
+        "POST",
+        rules,
+        &rules_path,
+        Some(&admin),
+        Some(
+            json!({ "name": "slots", "match": "prefix", "route": "GET /slots", "scope": "tenant",
+                     "algorithm": "concurrency", "limit": 2, "period_ms": 60_000 }),
+        ),
+    )
+    .await; // 201
+            // The tenant-wide rule `r` (every check, one a minute) is spent: cleared once more.
+    w.call("POST", reset, &reset_path, Some(&admin), Some(json!({})))
+        .await; // 200
+    let (_, taken) = w
+        .call(
+            "POST",
+            "/v1/check",
+            "/v1/check",
+            Some(&check),
+            Some(json!({ "route": "GET /slots" })),
+        )
+        .await; // 200
+    let lease = taken["lease"].as_str().unwrap().to_owned();
+    for (key, body) in [
+        (Some(&check), json!({ "lease": lease })),          // 200
+        (Some(&check), json!({ "lease": "0".repeat(32) })), // 404
+        (Some(&check), json!({ "lease": "x" })),            // 400
+        (None, json!({ "lease": lease })),                  // 401
+        (Some(&admin), json!({ "lease": lease })),          // 403
+    ] {
+        w.call(
+            "POST",
+            "/v1/release",
+            "/v1/release",
+            key.map(String::as_str),
+            Some(body),
+        )
+        .await;
+    }
 
     // Overrides of a rule per subject: set, replaced, refused on a tenant-wide rule, listed,
     // deleted, and deleted again.
@@ -938,7 +988,7 @@ async fn every_documented_operation_is_exercised_and_answers_a_documented_status
             );
         }
     }
-    assert_eq!(operations, 42);
+    assert_eq!(operations, 43);
     // ... and every answer is documented for its operation.
     for (method, template, status) in &w.calls {
         let responses = &paths[template.as_str()][method.as_str()]["responses"];

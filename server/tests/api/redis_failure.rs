@@ -256,6 +256,7 @@ async fn a_check_resent_after_its_reply_was_lost_is_counted_once() {
         dry_run: false,
         max_live_keys: None,
         reserve: None,
+        lease: None,
     };
     let first = limiter.check(&request).await.unwrap();
     assert!(first.allowed && !first.deduplicated);
