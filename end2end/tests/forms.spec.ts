@@ -51,3 +51,35 @@ test('the rules form says a problem once its field is touched or the form sent, 
   await page.getByTestId('save-rule').click();
   await expect(page.getByTestId('rule-saved')).toHaveText('Saved rule forms.');
 });
+
+test('a concurrency rule is made in words of requests in flight and leases, and listed so', async ({
+  page, browserErrors,
+}) => {
+  void browserErrors;
+  const t = await signedInAsNewTenantAdmin(page, 'inflight');
+  await page.goto(`/tenants/${t.id}/rules`);
+  await waitForHydration(page);
+  await page.getByLabel('Name', { exact: true }).fill('reports');
+  await page.getByLabel('Route', { exact: true }).fill('GET /reports');
+  await page.getByLabel('Penalty: denied requests still count').check();
+  await page.getByLabel('Algorithm').selectOption('concurrency');
+  // The limit is requests in flight, the period a lease's lifetime; no penalty, no burst.
+  await expect(page.getByTestId('algorithm-about')).toContainText('at most limit requests in flight');
+  const limit = page.getByLabel('In flight at once', { exact: true });
+  const per = page.getByLabel('Leases end after', { exact: true });
+  await expect(page.getByLabel('Limit', { exact: true })).toHaveCount(0);
+  await expect(page.getByLabel('Penalty: denied requests still count')).toBeDisabled();
+  await expect(page.getByLabel('Burst')).toBeDisabled();
+  await limit.fill('1001');
+  await expect(page.getByTestId('problem-limit')).toContainText('at most 1000 for concurrency');
+  await limit.fill('20');
+  await per.fill('30');
+  await page.getByLabel('Period unit').selectOption({ label: 'seconds' });
+  // It saves: the penalty box, ticked before it was disabled, is not sent (the server
+  // refuses a concurrency rule with a penalty).
+  await page.getByTestId('save-rule').click();
+  await expect(page.getByTestId('rule-saved')).toHaveText('Saved rule reports.');
+  const row = page.locator('tr[data-testid="rule-row"][data-name="reports"]');
+  await expect(row).toContainText('20 in flight, leases up to 30 s');
+  await expect(row).toContainText('Concurrency');
+});

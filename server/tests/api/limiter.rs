@@ -204,7 +204,43 @@ on_every_backend!(
     an_unsettled_reservation_expires_and_keeps_its_estimate,
     concurrency_admits_exactly_the_limit_in_flight_until_released_or_ended,
     a_check_of_a_concurrency_and_a_rate_rule_takes_both_or_neither,
+    reservations_and_leases_count_against_the_quota,
 );
+
+/// A reservation's record and a lease's record are live keys: with a quota of 3, a new
+/// bucket and its reservation take 2, and the next reservation of the same bucket the third;
+/// one more is refused and charges nothing. A lease and its bucket take 2 more of a fresh
+/// tenant's quota of 3, so a lease of another bucket is refused.
+async fn reservations_and_leases_count_against_the_quota(b: &Backend) {
+    let t = tenant();
+    let spec = LimitSpec::new(Algorithm::TokenBucket, 100, 60_000);
+    let with_quota = |request: CheckRequest| CheckRequest {
+        max_live_keys: Some(3),
+        ..request
+    };
+    for n in 0..2 {
+        let reserve = with_quota(reservation(&t, "r", spec, 10, T0, &reservation_id(50 + n)));
+        assert!(b.limiter.check(&reserve).await.unwrap().allowed, "{n}");
+    }
+    let third = with_quota(reservation(&t, "r", spec, 10, T0, &reservation_id(52)));
+    assert!(matches!(
+        b.limiter.check(&third).await,
+        Err(LimiterError::OverQuota { live: 3, quota: 3, .. })
+    ));
+    assert_eq!(left(b, &t, "r", spec, T0).await, 80.0, "the refused reservation charged");
+
+    let t = tenant();
+    let slots = LimitSpec::new(Algorithm::Concurrency, 5, 60_000);
+    let lease = |name: &str, n: u64| CheckRequest {
+        lease: Some(reservation_id(n)),
+        ..with_quota(request(&t, vec![rule(&t, name, slots, 1)], Some(T0)))
+    };
+    assert!(b.limiter.check(&lease("a", 60)).await.unwrap().allowed);
+    assert!(matches!(
+        b.limiter.check(&lease("b", 61)).await,
+        Err(LimiterError::OverQuota { .. })
+    ));
+}
 
 /// A check of one concurrency rule `name` (limit `limit`, leases of `period_ms`) at `now`,
 /// taking lease `id`.
