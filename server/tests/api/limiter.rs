@@ -225,9 +225,17 @@ async fn reservations_and_leases_count_against_the_quota(b: &Backend) {
     let third = with_quota(reservation(&t, "r", spec, 10, T0, &reservation_id(52)));
     assert!(matches!(
         b.limiter.check(&third).await,
-        Err(LimiterError::OverQuota { live: 3, quota: 3, .. })
+        Err(LimiterError::OverQuota {
+            live: 3,
+            quota: 3,
+            ..
+        })
     ));
-    assert_eq!(left(b, &t, "r", spec, T0).await, 80.0, "the refused reservation charged");
+    assert_eq!(
+        left(b, &t, "r", spec, T0).await,
+        80.0,
+        "the refused reservation charged"
+    );
 
     let t = tenant();
     let slots = LimitSpec::new(Algorithm::Concurrency, 5, 60_000);
