@@ -44,7 +44,7 @@ KEYS[n+4]    the reservation `slv:{<tenant>}:<id>` (only with ARGV[7+7n] > 0): a
              b, c = cost, m = where the charge went (the window, or the log entry's time) },
              and e the cost; it lives ARGV[7+7n] ms and counts against the quota
 ARGV[8+7n]   the lease id, when a rule is `concurrency` (or absent): an admitted request
-             holds a lease `<id>:<slots>` in each concurrency bucket, and the lease record
+             holds a lease `<id>:<expiry>:<slots>` in each concurrency bucket, and the lease record
              (the next key after the ones above) lists them for lua/release.lua
 KEYS[last]   the lease `slc:{<tenant>}:<id>` (only with ARGV[8+7n]): a hash whose field r is
              a JSON list of { k = bucket, m = member }; it lives as long as the longest of
@@ -69,7 +69,8 @@ State, per algorithm (hash fields unless noted; every key gets a TTL covering a 
   sliding_window v = current count, p = previous count, w = window index, t
   sliding_log   a sorted set: score = time, member = "<time>:<k>:<cost>" (k makes equal
                 times unique); the newest score is the last time seen
-  concurrency   a sorted set of leases: score = expiry time, member = "<lease id>:<slots>"
+  concurrency   a sorted set of leases: score = expiry time,
+                member = "<lease id>:<expiry time>:<slots>"
                 (time is not clamped: an earlier time only counts more leases as live)
 A denial writes nothing unless the rule has penalty; the idempotency record is written for
 every decision when ARGV[2] > 0 (the server always asks for one).
@@ -384,15 +385,17 @@ end
 local ALGORITHMS = { token_bucket, gcra, leaky_bucket, fixed_window, sliding_window, sliding_log,
                      concurrency }
 
--- The member of lease `id` taking `slots` in a concurrency bucket.
-local function lease_member(slots)
-  return lease_id .. ':' .. fmt(slots)
+-- The member of this check's lease, ending at `expires` and taking `slots`, in a
+-- concurrency bucket. The time keeps it apart from an earlier lease of the same id (a
+-- request_id used again after its record expired), which must still count.
+local function lease_member(expires, slots)
+  return lease_id .. ':' .. fmt(expires) .. ':' .. fmt(slots)
 end
 
 local function write(key, algorithm, state, ttl, P)
   if algorithm == 7 then
     redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now))
-    redis.call('ZADD', key, fmt(state.lease[1]), lease_member(state.lease[2]))
+    redis.call('ZADD', key, fmt(state.lease[1]), lease_member(state.lease[1], state.lease[2]))
   elseif algorithm == 6 then
     local time, cost = state.entry[1], state.entry[2]
     redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(time - P))
@@ -456,10 +459,14 @@ if not dry_run and quota >= 0 then
     fresh[#fresh + 1] = { dedup_key, dedup_ttl }
   end
   if allowed and reserve_ttl > 0 then
-    fresh[#fresh + 1] = { KEYS[n + 4], reserve_ttl }
+    if redis.call('EXISTS', KEYS[n + 4]) == 0 then
+      fresh[#fresh + 1] = { KEYS[n + 4], reserve_ttl }
+    end
   end
   if allowed and lease_key and lease_ttl() > 0 then
-    fresh[#fresh + 1] = { lease_key, lease_ttl() }
+    if redis.call('EXISTS', lease_key) == 0 then
+      fresh[#fresh + 1] = { lease_key, lease_ttl() }
+    end
   end
   if #fresh > 0 then
     local due = redis.call('ZRANGEBYSCORE', index, '-inf', now, 'LIMIT', 0, PRUNE)
@@ -519,6 +526,9 @@ if allowed and not dry_run and reserve_ttl > 0 then
   local record = KEYS[n + 4]
   -- cjson writes an empty table as {}: a reservation of shadow rules that all denied is [].
   local encoded = #charged > 0 and cjson.encode(charged) or '[]'
+  -- A request_id used again after its record expired names the same reservation: it starts
+  -- afresh, not settled.
+  redis.call('DEL', record)
   redis.call('HSET', record, 'r', encoded, 'e', ARGV[8])
   redis.call('PEXPIRE', record, reserve_ttl)
 end
@@ -529,10 +539,11 @@ if allowed and not dry_run and lease_key then
   for i = 1, n do
     local r = rules[i]
     if r.algorithm == 7 and r.admitted then
-      held[#held + 1] = { k = KEYS[i], m = lease_member(r.admitted.lease[2]) }
+      held[#held + 1] = { k = KEYS[i], m = lease_member(r.admitted.lease[1], r.admitted.lease[2]) }
     end
   end
   if #held > 0 then
+    redis.call('DEL', lease_key)
     redis.call('HSET', lease_key, 'r', cjson.encode(held))
     redis.call('PEXPIRE', lease_key, lease_ttl())
   end

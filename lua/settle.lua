@@ -16,8 +16,9 @@ ARGV[1]      the final cost
 ARGV[2]      now in ms, or "" to use Redis TIME
 ARGV[3]      how long to keep the settled record, in ms, so that a repeated settle is answered
 ARGV[4]      1 when the tenant has a quota of live keys: a bucket an overrun creates (its
-             state had expired) is entered in the index, as a check would enter it. A settle
-             is never refused by the quota: it adds at most the buckets its check had.
+             state had expired) is entered in the index, as a check would enter it, and the
+             record's entry moves to its new expiry. A settle is never refused by the quota:
+             it adds at most the buckets its check had.
 
 Reply: { 0 }                        no such reservation (never made, or expired)
        { 1, estimate }              settled now
@@ -257,4 +258,8 @@ for i, r in ipairs(charged) do
 end
 redis.call('HSET', record, 's', ARGV[1])
 redis.call('PEXPIRE', record, ARGV[3])
+-- Its entry in the quota's index moves to the new expiry, so it stops counting with it.
+if ARGV[4] == '1' then
+  redis.call('ZADD', KEYS[2], 'XX', now + tonumber(ARGV[3]), record)
+end
 return { 1, estimate }

@@ -628,12 +628,17 @@ pub fn name_leases(state: &mut State, id: &str) {
     }
 }
 
-/// `state` without lease `id`: the state to store, or `None` when it held no such lease.
-pub fn release(state: &State, id: &str) -> Option<State> {
+/// `state` without lease `id` that ends at `ends`: the state to store, or `None` when it held
+/// no such lease.
+pub fn release(state: &State, id: &str, ends: f64) -> Option<State> {
     let State::Concurrency { leases } = state else {
         return None;
     };
-    let kept: Vec<(String, f64, f64)> = leases.iter().filter(|l| l.0 != id).cloned().collect();
+    let kept: Vec<(String, f64, f64)> = leases
+        .iter()
+        .filter(|l| l.0 != id || l.1 != ends)
+        .cloned()
+        .collect();
     (kept.len() != leases.len()).then_some(State::Concurrency { leases: kept })
 }
 
@@ -1102,8 +1107,13 @@ mod tests {
         );
         // A release frees its slot at once; an unknown lease changes nothing.
         let state = state.expect("held");
-        assert_eq!(release(&state, "nope"), None);
-        let released = release(&state, "l1").expect("held");
+        assert_eq!(release(&state, "nope", 1_100.0), None);
+        assert_eq!(
+            release(&state, "l1", 1_000.0),
+            None,
+            "another lease of the id"
+        );
+        let released = release(&state, "l1", 1_100.0).expect("held");
         assert!(evaluate(&spec, Some(&released), 500, 1).decision.allowed());
         // Unreleased, a lease ends by itself after the period.
         assert!(evaluate(&spec, Some(&state), 1_000, 1).decision.allowed());

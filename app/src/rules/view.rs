@@ -34,8 +34,8 @@ fn largest_unit(period_ms: u64) -> (&'static str, u64) {
         .unwrap_or(UNITS[0])
 }
 
-/// `10 / 1 s` style text for a limit and period.
-pub fn describe_rate(limit: u64, period_ms: u64) -> String {
+/// A period in its largest whole unit, short: `1 s`, `10 min`, `250 ms`.
+fn short_period(period_ms: u64) -> String {
     let (unit, size) = largest_unit(period_ms);
     let short = match unit {
         "seconds" => "s",
@@ -44,27 +44,25 @@ pub fn describe_rate(limit: u64, period_ms: u64) -> String {
         "days" => "d",
         other => other,
     };
-    format!("{limit} / {} {short}", period_ms / size)
+    format!("{} {short}", period_ms / size)
+}
+
+/// `10 / 1 s` style text for a limit and period.
+pub fn describe_rate(limit: u64, period_ms: u64) -> String {
+    format!("{limit} / {}", short_period(period_ms))
 }
 
 /// A rule's limit in words: `10 / 1 s`, or for `concurrency`, `20 in flight, leases up to
 /// 30 s`.
 pub fn describe_limit(algorithm: Algorithm, limit: u64, period_ms: u64) -> String {
-    if algorithm != Algorithm::Concurrency {
-        return describe_rate(limit, period_ms);
+    if algorithm == Algorithm::Concurrency {
+        format!(
+            "{limit} in flight, leases up to {}",
+            short_period(period_ms)
+        )
+    } else {
+        describe_rate(limit, period_ms)
     }
-    let (unit, size) = largest_unit(period_ms);
-    let short = match unit {
-        "seconds" => "s",
-        "minutes" => "min",
-        "hours" => "h",
-        "days" => "d",
-        other => other,
-    };
-    format!(
-        "{limit} in flight, leases up to {} {short}",
-        period_ms / size
-    )
 }
 
 /// What the form holds: a rule, valid when `problems` is empty.

@@ -196,7 +196,11 @@ impl Decider {
         tenant: &CompiledTenant,
         id: &str,
     ) -> Result<Released, DecideError> {
-        let released = self.limiter.release(&tenant.tenant.id, id, None).await?;
+        let quota = tenant.max_live_buckets.is_some();
+        let released = self
+            .limiter
+            .release(&tenant.tenant.id, id, None, quota)
+            .await?;
         if released == Released::Now {
             self.metrics.released();
         }

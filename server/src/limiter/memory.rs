@@ -75,10 +75,11 @@ struct Reservation {
 }
 
 /// What a lease holds, as `lua/check.lua` records it: the concurrency buckets it took a slot
-/// in, and whether it has been released.
+/// in, with when it ends in each (which, with its id, names its entry), and whether it has
+/// been released.
 #[derive(Debug, Clone)]
 struct Lease {
-    buckets: Vec<String>,
+    held: Vec<(String, f64)>,
     released: bool,
 }
 
@@ -129,6 +130,25 @@ impl Shard {
             take_off(&mut counts, &tenant, n);
         }
         total
+    }
+}
+
+/// Shards locked by [`MemoryBackend::lock_keys`]: their indices, in ascending order, and
+/// their guards.
+struct Locked<'a> {
+    order: Vec<usize>,
+    guards: Vec<MutexGuard<'a, Shard>>,
+}
+
+impl Locked<'_> {
+    /// Shard `index`, which must be one of those locked.
+    fn shard(&mut self, index: usize) -> &mut Shard {
+        let at = self
+            .order
+            .iter()
+            .position(|&i| i == index)
+            .expect("every shard used is locked");
+        &mut self.guards[at]
     }
 }
 
@@ -285,6 +305,8 @@ impl MemoryBackend {
                     if result.allowed && rule.spec.algorithm == app::rules::Algorithm::Concurrency {
                         model::name_leases(state, id);
                         held.push((rule.key.clone(), rule.spec.period_ms));
+                        // Any earlier lease of the same id (a request_id used again after its
+                        // record expired) keeps counting: only this one is named now.
                     }
                 }
             }
@@ -323,18 +345,21 @@ impl MemoryBackend {
             }
             add(&mut counts, &request.tenant, fresh);
         }
+        let mut touched = Vec::with_capacity(request.rules.len() + 1);
         if let (Some((key, _)), Some(g)) = (lease, lease_guard) {
             let longest = held.iter().map(|(_, p)| *p).max().unwrap_or(0);
             let expires = now
                 .saturating_add(i64::try_from(longest).unwrap_or(i64::MAX))
                 .saturating_add(model::TTL_MARGIN_MS as i64);
             let record = Lease {
-                buckets: held.into_iter().map(|(k, _)| k).collect(),
+                held: held
+                    .into_iter()
+                    .map(|(k, period)| (k, (now as f64) + period as f64))
+                    .collect(),
                 released: false,
             };
-            let shard = &mut guards[g].1;
-            shard.leases.insert(key, (record, expires));
-            shard.wrote(now, &self.counts);
+            guards[g].1.leases.insert(key, (record, expires));
+            touched.push(g);
         }
         if let (Some((key, ttl)), Some(g)) = (reservation, reservation_guard) {
             let charged = request
@@ -353,18 +378,17 @@ impl MemoryBackend {
                 settled: None,
             };
             let expires = now.saturating_add(i64::try_from(ttl).unwrap_or(i64::MAX));
-            let shard = &mut guards[g].1;
-            shard.reservations.insert(key, (record, expires));
-            shard.wrote(now, &self.counts);
+            guards[g].1.reservations.insert(key, (record, expires));
+            touched.push(g);
         }
         for ((rule, &g), write) in request.rules.iter().zip(&rule_guards).zip(writes) {
             if let Some((state, ttl)) = write {
                 let ttl = i64::try_from(ttl).unwrap_or(i64::MAX);
-                let shard = &mut guards[g].1;
-                shard
+                guards[g]
+                    .1
                     .buckets
                     .insert(rule.key.clone(), (state, now.saturating_add(ttl)));
-                shard.wrote(now, &self.counts);
+                touched.push(g);
             }
         }
         let outcome = CheckOutcome {
@@ -375,11 +399,26 @@ impl MemoryBackend {
         };
         if let (Some(key), Some(g)) = (reply_key, reply_guard) {
             let expires = now.saturating_add(REQUEST_ID_TTL.as_millis() as i64);
-            let shard = &mut guards[g].1;
-            shard.replies.insert(key, (outcome.clone(), expires));
-            shard.wrote(now, &self.counts);
+            guards[g].1.replies.insert(key, (outcome.clone(), expires));
+            touched.push(g);
+        }
+        // Counted only once every key is stored: a sweep in between could drop an expired
+        // key that `fresh` took as stored, and the count would miss the one written over it.
+        for g in touched {
+            guards[g].1.wrote(now, &self.counts);
         }
         Ok(outcome)
+    }
+
+    /// Locks the shards of `record` and of `buckets` in ascending order, as a check locks
+    /// its shards, so that no two callers can wait for each other.
+    fn lock_keys<'a>(&'a self, record: &str, buckets: &[String]) -> Locked<'a> {
+        let mut order: Vec<usize> = buckets.iter().map(|k| self.shard_of(k)).collect();
+        order.push(self.shard_of(record));
+        order.sort_unstable();
+        order.dedup();
+        let guards = order.iter().map(|&i| lock(&self.shards[i])).collect();
+        Locked { order, guards }
     }
 
     /// Settles `tenant`'s reservation `id` at `cost` (see `lua/settle.lua`, which this
@@ -398,21 +437,9 @@ impl MemoryBackend {
             }
             _ => return Settlement::Unknown,
         };
-        let mut order: Vec<usize> = buckets.iter().map(|k| self.shard_of(k)).collect();
-        order.push(record_shard);
-        order.sort_unstable();
-        order.dedup();
-        let mut guards: Vec<(usize, MutexGuard<'_, Shard>)> =
-            order.iter().map(|&i| (i, lock(&self.shards[i]))).collect();
-        let guard_of = |shard: usize| {
-            order
-                .iter()
-                .position(|&i| i == shard)
-                .expect("every shard used is locked")
-        };
-        let record_guard = guard_of(record_shard);
+        let mut locked = self.lock_keys(&record_key, &buckets);
         // Read again under every lock: it may have been settled or have expired meanwhile.
-        let record = match guards[record_guard].1.reservations.get(&record_key) {
+        let record = match locked.shard(record_shard).reservations.get(&record_key) {
             Some((record, expires)) if *expires > now => record.clone(),
             _ => return Settlement::Unknown,
         };
@@ -426,7 +453,7 @@ impl MemoryBackend {
         }
         let mut created = 0;
         for (key, spec, charged, mark) in &record.charged {
-            let shard = &mut guards[guard_of(self.shard_of(key))].1;
+            let shard = locked.shard(self.shard_of(key));
             let state = match shard.buckets.get(key) {
                 Some((state, expires)) if *expires > now => Some(state),
                 _ => None,
@@ -453,8 +480,8 @@ impl MemoryBackend {
             settled: Some(cost),
             ..record
         };
-        guards[record_guard]
-            .1
+        locked
+            .shard(record_shard)
             .reservations
             .insert(record_key, (settled.clone(), expires));
         Settlement::Settled {
@@ -471,36 +498,27 @@ impl MemoryBackend {
         let now = now_ms.unwrap_or_else(crate::store::now_ms);
         let record_key = keys::lease(tenant, id);
         let record_shard = self.shard_of(&record_key);
-        let buckets: Vec<String> = match lock(&self.shards[record_shard]).leases.get(&record_key) {
-            Some((record, expires)) if *expires > now => record.buckets.clone(),
-            _ => return Released::Unknown,
-        };
-        let mut order: Vec<usize> = buckets.iter().map(|k| self.shard_of(k)).collect();
-        order.push(record_shard);
-        order.sort_unstable();
-        order.dedup();
-        let mut guards: Vec<MutexGuard<'_, Shard>> =
-            order.iter().map(|&i| lock(&self.shards[i])).collect();
-        let guard_of = |shard: usize| {
-            order
-                .iter()
-                .position(|&i| i == shard)
-                .expect("every shard used is locked")
-        };
-        let record_guard = guard_of(record_shard);
-        match guards[record_guard].leases.get_mut(&record_key) {
+        let held: Vec<(String, f64)> =
+            match lock(&self.shards[record_shard]).leases.get(&record_key) {
+                Some((record, expires)) if *expires > now => record.held.clone(),
+                _ => return Released::Unknown,
+            };
+        let buckets: Vec<String> = held.iter().map(|(k, _)| k.clone()).collect();
+        let mut locked = self.lock_keys(&record_key, &buckets);
+        match locked.shard(record_shard).leases.get_mut(&record_key) {
             Some((record, expires)) if *expires > now => {
                 if record.released {
                     return Released::Before;
                 }
                 record.released = true;
+                // Kept to answer a repeat, but not for a long lease's whole period.
+                *expires = (*expires).min(now.saturating_add(SETTLED_TTL.as_millis() as i64));
             }
             _ => return Released::Unknown,
         }
-        for key in &buckets {
-            let shard = &mut guards[guard_of(self.shard_of(key))];
-            if let Some((state, _)) = shard.buckets.get_mut(key) {
-                if let Some(freed) = model::release(state, id) {
+        for (key, ends) in &held {
+            if let Some((state, _)) = locked.shard(self.shard_of(key)).buckets.get_mut(key) {
+                if let Some(freed) = model::release(state, id, *ends) {
                     *state = freed;
                 }
             }

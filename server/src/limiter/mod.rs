@@ -138,20 +138,22 @@ impl Limiter {
 
     /// Releases `tenant`'s lease `id` (taken by a check of a `concurrency` rule): its slot in
     /// every bucket it holds is free again at once. A second release changes nothing.
-    /// `now_ms`: an explicit clock for the in-process limiter's expiry (tests); Redis keeps
-    /// its own time.
+    /// The released record is kept [`SETTLED_TTL`] at most, to answer a repeat. `now_ms`: an
+    /// explicit clock for the in-process limiter's expiry (tests); Redis keeps its own time.
+    /// `quota`: whether the tenant has a quota of live keys.
     pub async fn release(
         &self,
         tenant: &str,
         id: &str,
         now_ms: Option<i64>,
+        quota: bool,
     ) -> Result<Released, LimiterError> {
         if !keys::is_reservation_id(id) {
             return Err(LimiterError::Invalid(format!("{id:?} is not a lease id")));
         }
         match self {
             Limiter::InProcess(memory) => Ok(memory.release(tenant, id, now_ms)),
-            Limiter::Redis(redis, _) => redis_backend::release(redis, tenant, id).await,
+            Limiter::Redis(redis, _) => redis_backend::release(redis, tenant, id, quota).await,
         }
     }
 

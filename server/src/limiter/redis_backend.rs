@@ -255,11 +255,12 @@ struct Held {
 }
 
 /// Releases `tenant`'s lease `id`: reads which buckets it holds, then runs `lua/release.lua`
-/// on them and the record in one step.
+/// on them and the record in one step. `quota`: whether the tenant has a quota of live keys.
 pub async fn release(
     redis: &RedisClient,
     tenant: &str,
     id: &str,
+    quota: bool,
 ) -> Result<Released, LimiterError> {
     let bad = |what: String| LimiterError::Protocol(format!("release: {what}"));
     let record = keys::lease(tenant, id);
@@ -271,12 +272,14 @@ pub async fn release(
     };
     let held: Vec<Held> =
         serde_json::from_str(&raw).map_err(|e| bad(format!("unreadable record: {e}")))?;
+    let index = keys::live_index(tenant);
     let reply: Vec<i64> = redis
         .run_script(&RELEASE, RELEASE_SOURCE, &record, |cmd| {
-            cmd.arg(1 + held.len()).arg(&record);
+            cmd.arg(2 + held.len()).arg(&record).arg(&index);
             for h in &held {
                 cmd.arg(&h.k);
             }
+            cmd.arg(SETTLED_TTL.as_millis() as u64).arg(u8::from(quota));
         })
         .await?;
     match reply.as_slice() {

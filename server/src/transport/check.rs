@@ -5,6 +5,7 @@
 //! Redis command (the check script). A route that matches no rule is allowed without
 //! touching Redis.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use app::rules::model::{Decision, Verdict};
@@ -23,7 +24,7 @@ use super::credentials::presented_key;
 use super::error::ApiError;
 use super::ops::method_label;
 use super::state::AppState;
-use crate::decide::{Answer, CheckInput, Mode, ReleaseInput, SettleInput};
+use crate::decide::{Answer, CheckInput, CompiledTenant, Mode, ReleaseInput, SettleInput};
 use crate::limiter::{Released, Settlement};
 use crate::store::rules::Rule;
 use app::rules::Algorithm;
@@ -223,6 +224,18 @@ pub struct SettleResponse<'a> {
     pub repeated: bool,
 }
 
+/// The tenant of a data-plane call's check key, and the call's body: what `/v1/reserve`,
+/// `/v1/settle` and `/v1/release` begin with.
+async fn caller(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<(Arc<CompiledTenant>, Bytes), ApiError> {
+    let key = state.identities.key(presented_key(headers)).await?;
+    let tenant = state.identities.check_tenant(&key).await?;
+    Ok((tenant, body.map_err(|_| too_big())?))
+}
+
 /// `POST /v1/reserve`: a check whose cost is an estimate, kept as a reservation when
 /// admitted, to be settled at the real cost with `/v1/settle`. Same key, body (plus
 /// `ttl_ms`) and answers as `/v1/check`.
@@ -232,9 +245,7 @@ pub async fn reserve(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let answer = async {
-        let key = state.identities.key(presented_key(&headers)).await?;
-        let tenant = state.identities.check_tenant(&key).await?;
-        let body = body.map_err(|_| too_big())?;
+        let (tenant, body) = caller(&state, &headers, body).await?;
         let (input, ttl_ms) =
             CheckInput::parse_reserve_json(&body).map_err(|e| ApiError::BadRequest(e.message))?;
         let answer = state.decider.reserve(&tenant, &input, ttl_ms).await?;
@@ -252,23 +263,16 @@ pub async fn settle(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let answer = async {
-        let key = state.identities.key(presented_key(&headers)).await?;
-        let tenant = state.identities.check_tenant(&key).await?;
-        let body = body.map_err(|_| too_big())?;
+        let (tenant, body) = caller(&state, &headers, body).await?;
         let input = SettleInput::parse_json(&body).map_err(|e| ApiError::BadRequest(e.message))?;
-        let settlement = state
-            .decider
-            .settle(&tenant, &input.reservation, input.cost)
-            .await?;
-        match settlement {
+        let id = input.reservation.as_str();
+        match state.decider.settle(&tenant, id, input.cost).await? {
             Settlement::Unknown => Err(ApiError::Absent(format!(
-                "no reservation {} of this tenant: it was never made, or it expired (keeping its estimate)",
-                input.reservation
+                "no reservation {id} of this tenant: it was never made, or it expired (keeping its estimate)"
             ))),
             Settlement::Settled { cost, .. } if cost != input.cost => Err(ApiError::Conflict(
                 format!(
-                    "reservation {} was already settled at cost {cost}; a reservation is settled once",
-                    input.reservation
+                    "reservation {id} was already settled at cost {cost}; a reservation is settled once"
                 ),
             )),
             Settlement::Settled {
@@ -277,7 +281,7 @@ pub async fn settle(
                 repeated,
                 ..
             } => Ok(Json(SettleResponse {
-                reservation: &input.reservation,
+                reservation: id,
                 estimate,
                 cost,
                 repeated,
@@ -305,17 +309,15 @@ pub async fn release(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let answer = async {
-        let key = state.identities.key(presented_key(&headers)).await?;
-        let tenant = state.identities.check_tenant(&key).await?;
-        let body = body.map_err(|_| too_big())?;
+        let (tenant, body) = caller(&state, &headers, body).await?;
         let input = ReleaseInput::parse_json(&body).map_err(|e| ApiError::BadRequest(e.message))?;
-        match state.decider.release(&tenant, &input.lease).await? {
+        let id = input.lease.as_str();
+        match state.decider.release(&tenant, id).await? {
             Released::Unknown => Err(ApiError::Absent(format!(
-                "no lease {} of this tenant: it was never taken, or it ended by itself after its rule's period",
-                input.lease
+                "no lease {id} of this tenant: it was never taken, or it ended by itself after its rule's period"
             ))),
             released => Ok(Json(ReleaseResponse {
-                lease: &input.lease,
+                lease: id,
                 repeated: released == Released::Before,
             })
             .into_response()),

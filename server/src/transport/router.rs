@@ -60,20 +60,21 @@ pub fn router(state: AppState, console_threads: tokio::runtime::Handle) -> Route
                 .layer(axum::extract::DefaultBodyLimit::max(check::MAX_BODY_BYTES)),
         )
         .with_state(state.clone());
+    // Reserve, settle and release are the check's companions, as hot: routed beside it too,
+    // with only the metrics and the security headers of the middleware below.
+    let companions = Router::new()
+        .route("/v1/reserve", post(check::reserve))
+        .route("/v1/settle", post(check::settle))
+        .route("/v1/release", post(check::release))
+        .layer(axum::extract::DefaultBodyLimit::max(check::MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn(browser::headers))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            ops::track,
+        ))
+        .with_state(state.clone());
     router
         .merge(admin_api::routes())
-        .route(
-            "/v1/reserve",
-            post(check::reserve).layer(axum::extract::DefaultBodyLimit::max(check::MAX_BODY_BYTES)),
-        )
-        .route(
-            "/v1/release",
-            post(check::release).layer(axum::extract::DefaultBodyLimit::max(check::MAX_BODY_BYTES)),
-        )
-        .route(
-            "/v1/settle",
-            post(check::settle).layer(axum::extract::DefaultBodyLimit::max(check::MAX_BODY_BYTES)),
-        )
         .route("/v1/openapi.json", get(openapi::handler))
         .route("/docs/ALGORITHMS.md", get(ops::algorithms_doc))
         .route("/live/dashboard", get(live::handler))
@@ -103,6 +104,7 @@ pub fn router(state: AppState, console_threads: tokio::runtime::Handle) -> Route
         ))
         .with_state(state)
         .merge(checks)
+        .merge(companions)
 }
 
 /// The router of the separate metrics listener (`SLUICE_METRICS_LISTEN`).

@@ -130,7 +130,8 @@ async fn leases_on_a_cluster() {
 }
 
 /// The acceptance case: 500 requests, all at once, each acquiring a slot of a limit of 20 on
-/// one of three instances (retrying while denied), holding it briefly, then releasing it on
+/// one of three instances (retrying while denied), holding it (the first ones until 20 are
+/// held, so that the limit is reached however slow the machine), then releasing it on
 /// another instance. The requests count who holds a slot: never more than 20 at once, and
 /// 20 at some point. Afterwards every slot is back; and twenty leases never released come
 /// back by themselves after the rule's period.
@@ -174,8 +175,14 @@ async fn five_hundred_acquisitions_over_three_instances_never_hold_more_than_twe
                 };
                 let now = holding.fetch_add(1, Ordering::SeqCst) + 1;
                 most.fetch_max(now, Ordering::SeqCst);
-                // The work the slot is for.
-                tokio::time::sleep(Duration::from_millis(10)).await;
+                // The work the slot is for: until the limit has been full once (so a loaded
+                // machine still fills it; 5 s at most), then a moment.
+                let started = Instant::now();
+                while most.load(Ordering::SeqCst) < 20 && started.elapsed() < Duration::from_secs(5)
+                {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
                 holding.fetch_sub(1, Ordering::SeqCst);
                 let (status, _, answer) = instances[(i + 1) % 3]
                     .call(

@@ -205,7 +205,88 @@ on_every_backend!(
     concurrency_admits_exactly_the_limit_in_flight_until_released_or_ended,
     a_check_of_a_concurrency_and_a_rate_rule_takes_both_or_neither,
     reservations_and_leases_count_against_the_quota,
+    a_request_id_used_again_after_its_record_ends_makes_a_fresh_reservation_and_lease,
 );
+
+/// A reservation's and a lease's id come from the request_id's record; used again once that
+/// record has ended (10 minutes), the id is the same but the reservation or lease is new:
+/// it settles or releases again, and an earlier lease of the id still held keeps counting.
+async fn a_request_id_used_again_after_its_record_ends_makes_a_fresh_reservation_and_lease(
+    b: &Backend,
+) {
+    let t = tenant();
+    let spec = LimitSpec::new(Algorithm::TokenBucket, 100, 86_400_000);
+    let slots = LimitSpec::new(Algorithm::Concurrency, 2, 3_600_000);
+    let job = |now: i64| CheckRequest {
+        request_id: Some("job-7".into()),
+        reserve: Some(Reserve {
+            id: reservation_id(70),
+            ttl_ms: 60_000,
+        }),
+        lease: Some(reservation_id(71)),
+        ..request(
+            &t,
+            vec![rule(&t, "r", spec, 10), rule(&t, "in-flight", slots, 1)],
+            Some(now),
+        )
+    };
+    // The record ends: Redis's after 10 minutes of its own time (deleted here), the
+    // in-process limiter's 10 minutes on the clock it is given.
+    let later = T0 + 600_001;
+    for (round, now) in [(1, T0), (2, later)] {
+        if round == 2 {
+            let _: Option<i64> = b
+                .redis_query(redis::cmd("DEL").arg(job(T0).reply_key()))
+                .await;
+        }
+        let out = b.check(&job(now)).await;
+        assert!(out.allowed && !out.deduplicated, "round {round}: {out:?}");
+        let settled = b
+            .limiter
+            .settle(&t, &reservation_id(70), 0, Some(now), false)
+            .await
+            .unwrap();
+        assert!(
+            matches!(
+                settled,
+                Settlement::Settled {
+                    repeated: false,
+                    ..
+                }
+            ),
+            "round {round}: {settled:?}"
+        );
+        assert_eq!(
+            b.limiter
+                .release(&t, &reservation_id(71), Some(now), false)
+                .await
+                .unwrap(),
+            Released::Now,
+            "round {round}"
+        );
+    }
+    // Both rounds' refunds gave everything back; both leases were released.
+    assert_eq!(left(b, &t, "r", spec, later).await, 100.0);
+    assert_eq!(left(b, &t, "in-flight", slots, later).await, 2.0);
+
+    // An earlier lease of the id, still held when the id is used again, keeps its slot.
+    let t = tenant();
+    let take = |now: i64| CheckRequest {
+        request_id: Some("job-8".into()),
+        lease: Some(reservation_id(72)),
+        ..request(&t, vec![rule(&t, "in-flight", slots, 1)], Some(now))
+    };
+    assert!(b.check(&take(T0)).await.allowed);
+    let _: Option<i64> = b
+        .redis_query(redis::cmd("DEL").arg(take(T0).reply_key()))
+        .await;
+    assert!(b.check(&take(later)).await.allowed);
+    assert_eq!(
+        left(b, &t, "in-flight", slots, later).await,
+        0.0,
+        "two leases, two slots"
+    );
+}
 
 /// A reservation's record and a lease's record are live keys: with a quota of 3, a new
 /// bucket and its reservation take 2, and the next reservation of the same bucket the third;
@@ -283,17 +364,17 @@ async fn concurrency_admits_exactly_the_limit_in_flight_until_released_or_ended(
     for i in &held[..5] {
         let id = reservation_id(1_000 + i);
         assert_eq!(
-            b.limiter.release(&t, &id, Some(T0)).await.unwrap(),
+            b.limiter.release(&t, &id, Some(T0), false).await.unwrap(),
             Released::Now
         );
         assert_eq!(
-            b.limiter.release(&t, &id, Some(T0)).await.unwrap(),
+            b.limiter.release(&t, &id, Some(T0), false).await.unwrap(),
             Released::Before
         );
     }
     assert_eq!(
         b.limiter
-            .release(&t, &reservation_id(999), Some(T0))
+            .release(&t, &reservation_id(999), Some(T0), false)
             .await
             .unwrap(),
         Released::Unknown
@@ -315,7 +396,7 @@ async fn concurrency_admits_exactly_the_limit_in_flight_until_released_or_ended(
     assert_eq!(later.iter().filter(|a| **a).count(), 20, "{later:?}");
     // Not a lease id: refused before any lookup.
     assert!(matches!(
-        b.limiter.release(&t, "nope", None).await,
+        b.limiter.release(&t, "nope", None, false).await,
         Err(LimiterError::Invalid(_))
     ));
 }
@@ -346,13 +427,13 @@ async fn a_check_of_a_concurrency_and_a_rate_rule_takes_both_or_neither(b: &Back
     );
     // A slot freed: the third goes ahead and takes the rate's last unit.
     b.limiter
-        .release(&t, &reservation_id(1), Some(T0))
+        .release(&t, &reservation_id(1), Some(T0), false)
         .await
         .unwrap();
     assert!(b.check(&both(3)).await.allowed);
     // Now the rate denies: no slot is taken.
     b.limiter
-        .release(&t, &reservation_id(2), Some(T0))
+        .release(&t, &reservation_id(2), Some(T0), false)
         .await
         .unwrap();
     let out = b.check(&both(4)).await;
