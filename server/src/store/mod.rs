@@ -269,9 +269,16 @@ impl Db {
     }
 
     /// Opens a transaction; pass `&mut tx` to the write functions, then [`Tx::commit`].
+    ///
+    /// On SQLite it takes the write lock at once (`BEGIN IMMEDIATE`): a transaction that
+    /// reads first (a rule, before deleting it) and writes later would otherwise fail with
+    /// "database is locked" at its first write whenever another connection wrote in between
+    /// (in WAL mode that upgrade is refused at once, whatever the busy timeout), as a
+    /// session saved by a concurrent page load does. Waiting for the lock up front is subject
+    /// to the busy timeout like any write.
     pub async fn begin(&self) -> Result<Tx, StoreError> {
         Ok(match self {
-            Db::Sqlite(pool) => Tx::Sqlite(pool.begin().await?),
+            Db::Sqlite(pool) => Tx::Sqlite(pool.begin_with("BEGIN IMMEDIATE").await?),
             Db::Postgres(pool) => Tx::Postgres(pool.begin().await?),
         })
     }

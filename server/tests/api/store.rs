@@ -124,6 +124,38 @@ async fn every_algorithm_is_stored(db: &Db) {
     }
 }
 
+/// A transaction that reads, then writes, while another connection writes in between: on
+/// SQLite in WAL mode a deferred transaction's first write would then fail at once with
+/// "database is locked" (a console rule delete did, in a browser test, while another page's
+/// session was saved). `Db::begin` takes the write lock first, so the other write waits.
+#[tokio::test]
+async fn a_read_then_write_transaction_survives_a_concurrent_write_on_sqlite() {
+    let (db, _dir) = sqlite().await;
+    let tenant = tenants::insert(&db, "acme").await.unwrap();
+    let rule = rules::insert(&db, &tenant.id, &body("r")).await.unwrap();
+    let mut tx = db.begin().await.unwrap();
+    assert!(rules::get(&mut tx, &tenant.id, &rule.id)
+        .await
+        .unwrap()
+        .is_some());
+    // Another connection writes now. It must not get in before this transaction ends.
+    let other = {
+        let db = db.clone();
+        tokio::spawn(async move { tenants::insert(&db, "other").await })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(500);
+    while !other.is_finished() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(
+        !other.is_finished(),
+        "another connection wrote inside this transaction's read-then-write"
+    );
+    assert!(rules::delete(&mut tx, &tenant.id, &rule.id).await.unwrap());
+    tx.commit().await.unwrap();
+    other.await.unwrap().unwrap();
+}
+
 /// Runs one statement of the test's own on either database.
 async fn execute(db: &Db, sql: &str) {
     match db {
