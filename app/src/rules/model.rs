@@ -121,6 +121,91 @@ fn bucket_ttl(empty: f64, p: f64, l: f64) -> u64 {
     whole_ms(empty * p / l + TTL_MARGIN_MS)
 }
 
+// Each state as it stands at `now`: refilled, drained or rolled on, with `now` clamped to the
+// latest time the state saw. Checks and settles both start from here.
+
+/// Tokens at `now`, and the clamped `now`.
+fn tokens_at(l: f64, p: f64, b: f64, state: Option<&State>, now: f64) -> (f64, f64) {
+    let (tokens, ts) = match state {
+        Some(State::TokenBucket { tokens, ts }) => (*tokens, *ts),
+        _ => (b, now),
+    };
+    let now = now.max(ts);
+    (b.min(tokens + (now - ts) * l / p), now)
+}
+
+/// GCRA's backlog at `now`, and the clamped `now`.
+fn backlog_at(state: Option<&State>, now: f64) -> (f64, f64) {
+    let (backlog, ts) = match state {
+        Some(State::Gcra { backlog, ts }) => (*backlog, *ts),
+        _ => (0.0, now),
+    };
+    let now = now.max(ts);
+    (0.0_f64.max(backlog - (now - ts)), now)
+}
+
+/// The leaky bucket's level at `now`, and the clamped `now`.
+fn level_at(l: f64, p: f64, state: Option<&State>, now: f64) -> (f64, f64) {
+    let (level, ts) = match state {
+        Some(State::LeakyBucket { level, ts }) => (*level, *ts),
+        _ => (0.0, now),
+    };
+    let now = now.max(ts);
+    (0.0_f64.max(level - (now - ts) * l / p), now)
+}
+
+/// The fixed window's count and window at `now`, and the clamped `now`.
+fn window_at(p: f64, state: Option<&State>, now: f64) -> (f64, f64, f64) {
+    let (count, window, ts) = match state {
+        Some(State::FixedWindow { count, window, ts }) => (*count, *window, *ts),
+        _ => (0.0, (now / p).floor(), now),
+    };
+    let now = now.max(ts);
+    let w = (now / p).floor();
+    if w != window {
+        return (0.0, w, now);
+    }
+    (count, window, now)
+}
+
+/// The sliding window's previous and current counts and window at `now`, and the clamped
+/// `now`.
+fn sliding_at(p: f64, state: Option<&State>, now: f64) -> (f64, f64, f64, f64) {
+    let (mut prev, mut cur, window, ts) = match state {
+        Some(State::SlidingWindow {
+            prev,
+            cur,
+            window,
+            ts,
+        }) => (*prev, *cur, *window, *ts),
+        _ => (0.0, 0.0, (now / p).floor(), now),
+    };
+    let now = now.max(ts);
+    let w = (now / p).floor();
+    if w == window + 1.0 {
+        prev = cur;
+        cur = 0.0;
+    } else if w > window + 1.0 {
+        prev = 0.0;
+        cur = 0.0;
+    }
+    (prev, cur, w, now)
+}
+
+/// The log's live entries at `now` (an entry counts while now − time < period), and the
+/// `now` clamped to its newest entry.
+fn log_at(p: f64, state: Option<&State>, now: f64) -> (VecDeque<(f64, f64)>, f64) {
+    let mut entries = match state {
+        Some(State::SlidingLog { entries }) => entries.clone(),
+        _ => VecDeque::new(),
+    };
+    let now = entries.back().map_or(now, |&(newest, _)| now.max(newest));
+    while entries.front().is_some_and(|&(time, _)| time <= now - p) {
+        entries.pop_front();
+    }
+    (entries, now)
+}
+
 /// Evaluates one rule for one request at `now` (ms), without changing anything.
 pub fn evaluate(spec: &LimitSpec, state: Option<&State>, now: i64, cost: u64) -> Evaluation {
     let l = spec.limit as f64;
@@ -164,12 +249,7 @@ fn token_bucket(
     now: f64,
     penalty: bool,
 ) -> Evaluation {
-    let (mut tokens, ts) = match state {
-        Some(State::TokenBucket { tokens, ts }) => (*tokens, *ts),
-        _ => (b, now),
-    };
-    let now = now.max(ts);
-    tokens = b.min(tokens + (now - ts) * l / p);
+    let (mut tokens, now) = tokens_at(l, p, b, state, now);
     let ttl_ms = bucket_ttl(b - tokens.min(0.0), p, l);
     if c > b {
         let d = decision(Verdict::NeverFits, tokens, (b - tokens) * p / l, 0.0);
@@ -224,12 +304,7 @@ fn gcra(
 ) -> Evaluation {
     let t = p / l;
     let tau = b * t;
-    let (backlog, ts) = match state {
-        Some(State::Gcra { backlog, ts }) => (*backlog, *ts),
-        _ => (0.0, now),
-    };
-    let now = now.max(ts);
-    let mut backlog = 0.0_f64.max(backlog - (now - ts));
+    let (mut backlog, now) = backlog_at(state, now);
     let ttl_ms = whole_ms(tau.max(backlog) + TTL_MARGIN_MS);
     if c > b {
         let d = decision(
@@ -286,12 +361,7 @@ fn leaky_bucket(
     now: f64,
     penalty: bool,
 ) -> Evaluation {
-    let (mut level, ts) = match state {
-        Some(State::LeakyBucket { level, ts }) => (*level, *ts),
-        _ => (0.0, now),
-    };
-    let now = now.max(ts);
-    level = 0.0_f64.max(level - (now - ts) * l / p);
+    let (mut level, now) = level_at(l, p, state, now);
     let ttl_ms = bucket_ttl(b.max(level), p, l);
     if c > b {
         let d = decision(Verdict::NeverFits, b - level, level * p / l, 0.0);
@@ -342,16 +412,7 @@ fn fixed_window(
     now: f64,
     penalty: bool,
 ) -> Evaluation {
-    let (mut count, mut window, ts) = match state {
-        Some(State::FixedWindow { count, window, ts }) => (*count, *window, *ts),
-        _ => (0.0, (now / p).floor(), now),
-    };
-    let now = now.max(ts);
-    let w = (now / p).floor();
-    if w != window {
-        count = 0.0;
-        window = w;
-    }
+    let (mut count, window, now) = window_at(p, state, now);
     let ends_in = (window + 1.0) * p - now;
     let ttl_ms = whole_ms(ends_in + TTL_MARGIN_MS);
     if c > l {
@@ -402,25 +463,8 @@ fn sliding_window(
     now: f64,
     penalty: bool,
 ) -> Evaluation {
-    let (mut prev, mut cur, mut window, ts) = match state {
-        Some(State::SlidingWindow {
-            prev,
-            cur,
-            window,
-            ts,
-        }) => (*prev, *cur, *window, *ts),
-        _ => (0.0, 0.0, (now / p).floor(), now),
-    };
-    let now = now.max(ts);
-    let w = (now / p).floor();
-    if w == window + 1.0 {
-        prev = cur;
-        cur = 0.0;
-    } else if w > window + 1.0 {
-        prev = 0.0;
-        cur = 0.0;
-    }
-    window = w;
+    let (prev, mut cur, window, now) = sliding_at(p, state, now);
+    let w = window;
     let into = now - w * p;
     let left_in_window = p - into;
     let estimate = prev * (left_in_window / p) + cur;
@@ -504,15 +548,7 @@ fn sliding_log(
     now: f64,
     penalty: bool,
 ) -> Evaluation {
-    let mut entries = match state {
-        Some(State::SlidingLog { entries }) => entries.clone(),
-        _ => VecDeque::new(),
-    };
-    let now = entries.back().map_or(now, |&(newest, _)| now.max(newest));
-    // An entry counts while now - time < period.
-    while entries.front().is_some_and(|&(time, _)| time <= now - p) {
-        entries.pop_front();
-    }
+    let (mut entries, now) = log_at(p, state, now);
     let sum: f64 = entries.iter().map(|&(_, cost)| cost).sum();
     let ttl_ms = whole_ms(p + TTL_MARGIN_MS);
     let reset =
@@ -691,12 +727,7 @@ pub fn settle(
     }
     match spec.algorithm {
         Algorithm::TokenBucket => {
-            let (tokens, ts) = match state {
-                Some(State::TokenBucket { tokens, ts }) => (*tokens, *ts),
-                _ => (b, now),
-            };
-            let now = now.max(ts);
-            let mut tokens = b.min(tokens + (now - ts) * l / p);
+            let (mut tokens, now) = tokens_at(l, p, b, state, now);
             if c < charged {
                 tokens = b.min(tokens + (charged - c));
             } else {
@@ -708,12 +739,7 @@ pub fn settle(
         Algorithm::Gcra => {
             let t = p / l;
             let tau = b * t;
-            let (backlog, ts) = match state {
-                Some(State::Gcra { backlog, ts }) => (*backlog, *ts),
-                _ => (0.0, now),
-            };
-            let now = now.max(ts);
-            let mut backlog = 0.0_f64.max(backlog - (now - ts));
+            let (mut backlog, now) = backlog_at(state, now);
             if c < charged {
                 backlog = 0.0_f64.max(backlog - (charged - c) * t);
             } else {
@@ -723,12 +749,7 @@ pub fn settle(
             Some((State::Gcra { backlog, ts: now }, ttl))
         }
         Algorithm::LeakyBucket => {
-            let (level, ts) = match state {
-                Some(State::LeakyBucket { level, ts }) => (*level, *ts),
-                _ => (0.0, now),
-            };
-            let now = now.max(ts);
-            let mut level = 0.0_f64.max(level - (now - ts) * l / p);
+            let (mut level, now) = level_at(l, p, state, now);
             if c < charged {
                 level = 0.0_f64.max(level - (charged - c));
             } else {
@@ -738,16 +759,7 @@ pub fn settle(
             Some((State::LeakyBucket { level, ts: now }, ttl))
         }
         Algorithm::FixedWindow => {
-            let (mut count, mut window, ts) = match state {
-                Some(State::FixedWindow { count, window, ts }) => (*count, *window, *ts),
-                _ => (0.0, (now / p).floor(), now),
-            };
-            let now = now.max(ts);
-            let w = (now / p).floor();
-            if w != window {
-                count = 0.0;
-                window = w;
-            }
+            let (mut count, window, now) = window_at(p, state, now);
             if c < charged {
                 if mark != window {
                     return None;
@@ -767,24 +779,7 @@ pub fn settle(
             ))
         }
         Algorithm::SlidingWindow => {
-            let (mut prev, mut cur, window, ts) = match state {
-                Some(State::SlidingWindow {
-                    prev,
-                    cur,
-                    window,
-                    ts,
-                }) => (*prev, *cur, *window, *ts),
-                _ => (0.0, 0.0, (now / p).floor(), now),
-            };
-            let now = now.max(ts);
-            let w = (now / p).floor();
-            if w == window + 1.0 {
-                prev = cur;
-                cur = 0.0;
-            } else if w > window + 1.0 {
-                prev = 0.0;
-                cur = 0.0;
-            }
+            let (mut prev, mut cur, w, now) = sliding_at(p, state, now);
             if c < charged {
                 if mark == w {
                     cur = 0.0_f64.max(cur - (charged - c));
@@ -806,14 +801,7 @@ pub fn settle(
             Some((state, ttl))
         }
         Algorithm::SlidingLog => {
-            let mut entries = match state {
-                Some(State::SlidingLog { entries }) => entries.clone(),
-                _ => VecDeque::new(),
-            };
-            let now = entries.back().map_or(now, |&(newest, _)| now.max(newest));
-            while entries.front().is_some_and(|&(time, _)| time <= now - p) {
-                entries.pop_front();
-            }
+            let (mut entries, now) = log_at(p, state, now);
             match entries
                 .iter_mut()
                 .find(|(time, logged)| *time == mark && *logged == charged)

@@ -21,7 +21,8 @@ use app::rules::model::{self, RuleInput, State};
 use app::rules::LimitSpec;
 
 use super::check::{
-    CheckOutcome, CheckRequest, LimiterError, Released, Settlement, REQUEST_ID_TTL, SETTLED_TTL,
+    CheckOutcome, CheckRequest, LimiterError, Released, Settlement, MAX_RULES, REQUEST_ID_TTL,
+    SETTLED_TTL,
 };
 use crate::redis_client::keys;
 
@@ -130,6 +131,26 @@ impl Shard {
             take_off(&mut counts, &tenant, n);
         }
         total
+    }
+}
+
+/// Which of a check's locked shards it wrote to, once a write.
+#[derive(Default)]
+struct Touched {
+    guards: [usize; MAX_RULES + 3],
+    len: usize,
+}
+
+impl Touched {
+    fn push(&mut self, guard: usize) {
+        if let Some(slot) = self.guards.get_mut(self.len) {
+            *slot = guard;
+            self.len += 1;
+        }
+    }
+
+    fn get(&self) -> &[usize] {
+        &self.guards[..self.len]
     }
 }
 
@@ -345,7 +366,9 @@ impl MemoryBackend {
             }
             add(&mut counts, &request.tenant, fresh);
         }
-        let mut touched = Vec::with_capacity(request.rules.len() + 1);
+        // The guards written to, one entry a write: the rules, the reply, a reservation and
+        // a lease at most. On the stack: the in-process check allocates nothing for it.
+        let mut touched = Touched::default();
         if let (Some((key, _)), Some(g)) = (lease, lease_guard) {
             let longest = held.iter().map(|(_, p)| *p).max().unwrap_or(0);
             let expires = now
@@ -404,7 +427,7 @@ impl MemoryBackend {
         }
         // Counted only once every key is stored: a sweep in between could drop an expired
         // key that `fresh` took as stored, and the count would miss the one written over it.
-        for g in touched {
+        for &g in touched.get() {
             guards[g].1.wrote(now, &self.counts);
         }
         Ok(outcome)
