@@ -14,9 +14,12 @@ in IEEE doubles; differential tests hold the two to identical answers. State is 
 %.17g, which round-trips a double exactly.
 
 KEYS[1..n]   the bucket of each rule, `sl:{<tenant>}:<rule>:<subject>`
-KEYS[n+1]    the idempotency record `slr:{<tenant>}:<hash>`: of the caller's request_id, or of
-             an id the server made for this one call, so that a resend after a lost reply
-             returns the first decision (always passed; used only when ARGV[2] > 0)
+KEYS[n+1]    the idempotency record, so that a resend after a lost reply returns the first
+             decision (always passed; used only when ARGV[2] > 0): for the caller's
+             request_id, the string `slr:{<tenant>}:<hash>`; for a call the server made
+             without one, the hash `slq:{<tenant>}:<slot>` that every such call of the tenant
+             in one quarter second shares, the reply in field ARGV[4+7n] (one key a slot
+             rather than one a call: Redis's expiry cycle stalled on a key a check)
 KEYS[n+2]    the tenant's active-key HyperLogLog for this minute, `slk:{<tenant>}:<minute>`:
              every bucket checked is added to it (not in a dry run; by each instance once a
              minute, ARGV[6+7n]), so the dashboards can count active keys with PFCOUNT and
@@ -32,7 +35,9 @@ ARGV[4+7i..] per rule i: algorithm code (1 token_bucket, 2 gcra, 3 leaky_bucket,
              4 fixed_window, 5 sliding_window, 6 sliding_log, 7 concurrency), limit, period_ms, capacity
              (burst, or limit), cost, penalty (0/1), shadow (0/1)
 ARGV[4+7n]   1 when the idempotency record is the caller's request_id (it counts against the
-             quota), 0 when the server made it for this one call (kept a few seconds)
+             quota); otherwise this call's field in the hash KEYS[n+1] (32 hex digits, kept a
+             few seconds; the hash's expiry is pushed back by each write, so every field
+             lives at least ARGV[2] ms); 0 in a dry run
 ARGV[5+7n]   the tenant's quota of live keys, or -1 for none
 ARGV[6+7n]   one character per rule: '0' when this instance has already added the rule's
              bucket to this minute's active-key HyperLogLog, '1' (or absent) to add it
@@ -73,7 +78,7 @@ State, per algorithm (hash fields unless noted; every key gets a TTL covering a 
                 member = "<lease id>:<expiry time>:<slots>"
                 (time is not clamped: an earlier time only counts more leases as live)
 A denial writes nothing unless the rule has penalty; the idempotency record is written for
-every decision when ARGV[2] > 0 (the server always asks for one).
+every decision when ARGV[2] > 0 (the server always asks for one outside a dry run).
 ]]
 
 if redis.replicate_commands then
@@ -101,8 +106,19 @@ if lease_id then
   lease_key = KEYS[n + 4 + (reserve_ttl > 0 and 1 or 0)]
 end
 
+-- The field of a call the server made, or nil for the caller's request_id (a key of its own).
+local call_field = nil
+if ARGV[4 + 7 * n] ~= '1' then
+  call_field = ARGV[4 + 7 * n]
+end
+
 if dedup_ttl > 0 then
-  local seen = redis.call('GET', dedup_key)
+  local seen
+  if call_field then
+    seen = redis.call('HGET', dedup_key, call_field)
+  else
+    seen = redis.call('GET', dedup_key)
+  end
   if seen then
     local reply = cjson.decode(seen)
     reply[1] = 1
@@ -455,7 +471,7 @@ if not dry_run and quota >= 0 then
       fresh[#fresh + 1] = { KEYS[i], rules[i].ttl }
     end
   end
-  if dedup_ttl > 0 and ARGV[4 + 7 * n] == '1' then
+  if dedup_ttl > 0 and not call_field then
     fresh[#fresh + 1] = { dedup_key, dedup_ttl }
   end
   if allowed and reserve_ttl > 0 then
@@ -559,7 +575,12 @@ for i = 1, n do
 end
 
 if dedup_ttl > 0 then
-  redis.call('SET', dedup_key, cjson.encode(reply), 'PX', dedup_ttl)
+  if call_field then
+    redis.call('HSET', dedup_key, call_field, cjson.encode(reply))
+    redis.call('PEXPIRE', dedup_key, dedup_ttl)
+  else
+    redis.call('SET', dedup_key, cjson.encode(reply), 'PX', dedup_ttl)
+  end
 end
 
 -- Active keys: a HyperLogLog per tenant and minute (about 12 KB at most, standard error

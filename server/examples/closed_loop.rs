@@ -267,6 +267,36 @@ struct Target {
     runs: Vec<Run>,
     /// The deny flood: check-script calls per request, each round.
     redis_per_request: Vec<f64>,
+    /// Whether it uses the private Redis (its expiry is then reported).
+    on_redis: bool,
+    /// Keys Redis expired per request during each round's run.
+    expired_per_request: Vec<f64>,
+    /// The longest stall of Redis's expiry cycle during each round's run, in ms.
+    expiry_stall_ms: Vec<u64>,
+}
+
+/// Keys the private Redis has expired since it started (`INFO stats`).
+fn expired_keys(redis: &services::RedisServer) -> u64 {
+    redis
+        .cli(&["INFO", "stats"])
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("expired_keys:"))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The longest expiry-cycle stall Redis's latency monitor recorded since the last `LATENCY
+/// RESET` (`LATENCY HISTORY expire-cycle`: pairs of a time and the stall's ms).
+fn longest_expiry_stall_ms(redis: &services::RedisServer) -> u64 {
+    redis
+        .cli(&["LATENCY", "HISTORY", "expire-cycle"])
+        .lines()
+        .filter_map(|l| l.trim().parse::<u64>().ok())
+        .collect::<Vec<_>>()
+        .chunks(2)
+        .filter_map(|pair| pair.get(1).copied())
+        .max()
+        .unwrap_or(0)
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -341,7 +371,13 @@ async fn bench(seconds: u64, rounds: usize) {
         denies,
         runs: Vec::new(),
         redis_per_request: Vec::new(),
+        on_redis: url == evalsha.url || url == distributed.url,
+        expired_per_request: Vec::new(),
+        expiry_stall_ms: Vec::new(),
     };
+    // Redis's latency monitor records every event of 1 ms or more (the expiry cycle's among
+    // them), so the report can say how long Redis stopped to expire keys.
+    redis.cli(&["CONFIG", "SET", "latency-monitor-threshold", "1"]);
     let mut targets = vec![
         target(
             "bare axum handler (200)",
@@ -397,8 +433,16 @@ async fn bench(seconds: u64, rounds: usize) {
             } else {
                 0.0
             };
+            redis.cli(&["LATENCY", "RESET"]);
+            let expired_before = expired_keys(&redis);
             let run = wrk(&t.url, &t.script, seconds);
             let calls = redis.command_stats("evalsha").0 - calls_before;
+            if t.on_redis {
+                let expired = expired_keys(&redis) - expired_before;
+                t.expired_per_request
+                    .push(expired as f64 / run.requests.max(1) as f64);
+                t.expiry_stall_ms.push(longest_expiry_stall_ms(&redis));
+            }
             eprintln!(
                 "[closed_loop {step}/{steps}] round {}: {}: {:.0} req/s, p50 {:.2} ms, p99 {:.2} ms",
                 round + 1,
@@ -498,5 +542,30 @@ async fn bench(seconds: u64, rounds: usize) {
         ratio(5, 1, Run::rate),
         ratio(5, 1, p99)
     );
+    println!(
+        "\nRedis's expiry during each target's runs (`expired_keys` of `INFO stats`, and the \
+         longest `expire-cycle` event of its latency monitor, threshold 1 ms):\n"
+    );
+    println!("| target on Redis | keys expired per request (median) | longest expiry-cycle stall (each round) |");
+    println!("|---|---:|---|");
+    for t in targets.iter().filter(|t| t.on_redis) {
+        let stalls: Vec<String> = t
+            .expiry_stall_ms
+            .iter()
+            .map(|&ms| {
+                if ms == 0 {
+                    "< 1 ms".to_owned()
+                } else {
+                    format!("{ms} ms")
+                }
+            })
+            .collect();
+        println!(
+            "| {} | {:.3} | {} |",
+            t.name,
+            median(t.expired_per_request.clone()),
+            stalls.join(", ")
+        );
+    }
     drop((bare, evalsha, embedded, distributed));
 }

@@ -29,8 +29,8 @@ const RELEASE_SOURCE: &str = include_str!("../../../lua/release.lua");
 /// Runs the check script for `request`.
 ///
 /// Every call that may consume carries an idempotency record: the caller's `request_id`
-/// (kept [`REQUEST_ID_TTL`]), or else an id made here for this one call (kept a few
-/// deadlines). The client resends a call once after a reconnect; when the first send did
+/// (kept [`REQUEST_ID_TTL`]), or else an id made here for this one call, a field of its
+/// tenant's [`keys::CallRecord`] hash of the moment (kept a few deadlines). The client resends a call once after a reconnect; when the first send did
 /// run and only its reply was lost, the resend finds the record and returns the first
 /// decision instead of consuming again.
 pub async fn check(
@@ -38,28 +38,24 @@ pub async fn check(
     marks: &ActiveMarks,
     request: &CheckRequest,
 ) -> Result<CheckOutcome, LimiterError> {
-    let (dedup_key, dedup_ttl_ms) = if request.dry_run {
-        // The script reads a negative TTL as a dry run (validation forbids a request_id).
-        (request.reply_key(), -1)
-    } else if request.request_id.is_some() {
-        (request.reply_key(), REQUEST_ID_TTL.as_millis() as i64)
-    } else {
-        (keys::call_record(&request.tenant), call_ttl_ms(redis))
-    };
     let now_ms = request.now_ms.unwrap_or_else(crate::store::now_ms);
+    let record = if request.dry_run {
+        // The script reads a negative TTL as a dry run (validation forbids a request_id).
+        Record::DryRun(request.reply_key())
+    } else if request.request_id.is_some() {
+        Record::Caller(request.reply_key())
+    } else {
+        Record::Call(
+            keys::CallRecord::new(&request.tenant, now_ms),
+            call_ttl_ms(redis),
+        )
+    };
     let minute = now_ms.div_euclid(60_000);
     let ids = marks.ids(request);
     let unmarked = marks.unmarked(minute, &ids);
     let reply: Value = redis
         .run_script(&CHECK, CHECK_SOURCE, &request.rules[0].key, |cmd| {
-            add_script_args(
-                cmd,
-                request,
-                &dedup_key,
-                dedup_ttl_ms,
-                minute,
-                unmarked.as_str(),
-            )
+            add_script_args(cmd, request, &record, minute, unmarked.as_str())
         })
         .await?;
     let outcome = parse_reply(reply, request)?;
@@ -171,6 +167,43 @@ impl ActiveMarks {
     }
 }
 
+/// Where the check script keeps a call's reply for a resend (`lua/check.lua`, KEYS[n+1]).
+#[derive(Debug)]
+enum Record {
+    /// None: a dry run writes nothing (the key is passed but not used).
+    DryRun(String),
+    /// The caller's `request_id`: a key of its own, kept [`REQUEST_ID_TTL`].
+    Caller(String),
+    /// A call the server made: a field of the tenant's hash of the moment, kept this many ms.
+    Call(keys::CallRecord, i64),
+}
+
+impl Record {
+    fn key(&self) -> &str {
+        match self {
+            Self::DryRun(key) | Self::Caller(key) => key,
+            Self::Call(record, _) => &record.key,
+        }
+    }
+
+    fn ttl_ms(&self) -> i64 {
+        match self {
+            Self::DryRun(_) => -1,
+            Self::Caller(_) => REQUEST_ID_TTL.as_millis() as i64,
+            Self::Call(_, ttl) => *ttl,
+        }
+    }
+
+    /// The script's ARGV[4+7n]: `1` for a caller's id, the call's field, `0` in a dry run.
+    fn marker(&self) -> &str {
+        match self {
+            Self::DryRun(_) => "0",
+            Self::Caller(_) => "1",
+            Self::Call(record, _) => record.field(),
+        }
+    }
+}
+
 /// How long the record of one call is kept: its resend comes within the same deadline, so a
 /// few deadlines (at least a second) are plenty.
 fn call_ttl_ms(redis: &RedisClient) -> i64 {
@@ -200,8 +233,7 @@ fn algorithm_code(algorithm: Algorithm) -> u8 {
 fn add_script_args(
     cmd: &mut redis::Cmd,
     request: &CheckRequest,
-    dedup_key: &str,
-    dedup_ttl_ms: i64,
+    record: &Record,
     minute: i64,
     unmarked: &str,
 ) {
@@ -211,7 +243,7 @@ fn add_script_args(
     for rule in &request.rules {
         cmd.arg(&rule.key);
     }
-    cmd.arg(dedup_key)
+    cmd.arg(record.key())
         .arg(keys::active(&request.tenant, minute))
         .arg(keys::live_index(&request.tenant));
     if let Some(reserve) = &request.reserve {
@@ -224,7 +256,7 @@ fn add_script_args(
         Some(now) => cmd.arg(now),
         None => cmd.arg(""),
     };
-    cmd.arg(dedup_ttl_ms).arg(n);
+    cmd.arg(record.ttl_ms()).arg(n);
     for rule in &request.rules {
         cmd.arg(algorithm_code(rule.spec.algorithm))
             .arg(rule.spec.limit)
@@ -234,7 +266,7 @@ fn add_script_args(
             .arg(u8::from(rule.spec.penalty))
             .arg(u8::from(rule.shadow));
     }
-    cmd.arg(u8::from(request.request_id.is_some()));
+    cmd.arg(record.marker());
     match request.max_live_keys {
         Some(quota) => cmd.arg(quota),
         None => cmd.arg(-1),
@@ -524,7 +556,7 @@ mod tests {
         #[test]
         fn script_arguments_follow_the_scripts_header(
             mut request in request(),
-            ttl in prop_oneof![Just(-1_i64), Just(0), 1..600_000_i64],
+            ttl in prop_oneof![Just(-1_i64), 1..600_000_i64],
             request_id in proptest::option::of("[a-z]{1,8}"),
             quota in proptest::option::of(0..1_000_000_u64),
             reserve in proptest::option::of(1_000..3_600_000_u64),
@@ -537,7 +569,21 @@ mod tests {
             let mut cmd = redis::cmd("EVALSHA");
             cmd.arg("sha");
             let unmarked: String = (0..request.rules.len()).map(|i| if i % 2 == 0 { '1' } else { '0' }).collect();
-            add_script_args(&mut cmd, &request, "slr:{t}:x", ttl, 29_000_000, &unmarked);
+            let call = keys::CallRecord::new("t", 1_000);
+            let field = call.field().to_owned();
+            let (record, key, marker) = if ttl < 0 {
+                (Record::DryRun("slr:{t}:x".to_owned()), "slr:{t}:x", "0".to_owned())
+            } else if request.request_id.is_some() {
+                (Record::Caller("slr:{t}:x".to_owned()), "slr:{t}:x", "1".to_owned())
+            } else {
+                (Record::Call(call, ttl), "slq:{t}:4", field)
+            };
+            let ttl = if request.request_id.is_some() && ttl > 0 {
+                REQUEST_ID_TTL.as_millis() as i64
+            } else {
+                ttl
+            };
+            add_script_args(&mut cmd, &request, &record, 29_000_000, &unmarked);
             let args = args_of(&cmd);
             let n = request.rules.len();
             let tail = if r + l > 0 { 1 + l } else { 0 };
@@ -546,7 +592,7 @@ mod tests {
             for (i, rule) in request.rules.iter().enumerate() {
                 prop_assert_eq!(&args[3 + i], &rule.key);
             }
-            prop_assert_eq!(&args[3 + n], "slr:{t}:x");
+            prop_assert_eq!(&args[3 + n], key);
             prop_assert_eq!(&args[4 + n], "slk:{t}:29000000");
             prop_assert_eq!(&args[5 + n], "slb:{t}");
             if r == 1 {
@@ -572,8 +618,7 @@ mod tests {
                 ];
                 prop_assert_eq!(&argv[at..at + 7], &expected[..]);
             }
-            let caller = if request.request_id.is_some() { "1" } else { "0" };
-            prop_assert_eq!(&argv[3 + 7 * n], caller);
+            prop_assert_eq!(&argv[3 + 7 * n], &marker);
             prop_assert_eq!(&argv[4 + 7 * n], &quota.map_or("-1".to_owned(), |q| q.to_string()));
             prop_assert_eq!(&argv[5 + 7 * n], &unmarked);
             if r + l > 0 {

@@ -1,5 +1,5 @@
 //! Every Redis key and channel Sluice uses is built here: buckets (`sl`), idempotency records
-//! (`slr`), active-key HyperLogLogs (`slk`), the live-key index of the quota (`slb`), the
+//! (`slr` for a caller's request id, `slq` for the calls the server makes), active-key HyperLogLogs (`slk`), the live-key index of the quota (`slb`), the
 //! dashboards' fleet series (`sld`), and the
 //! channel of admin changes. All of a tenant's keys carry the hash tag `{<tenant>}`, so on a
 //! Redis Cluster they live in one slot and one script can touch them all atomically; the
@@ -156,17 +156,46 @@ pub fn request(tenant: &str, request_id: &str) -> String {
     format!("slr:{{{tenant}}}:{}", short_hash(request_id))
 }
 
+/// How long one slot of [`CallRecord`]s lasts: the calls a tenant's checks make in one slot
+/// share one hash.
+pub const CALL_SLOT_MS: i64 = 250;
+
 /// The idempotency record of one limiter call the server makes without a caller's
-/// `request_id`: `slr:{<tenant>}:<32 random hex digits>`, as long as a hashed id's and as
-/// unlikely to meet one; built in one allocation, since every call makes one.
-pub fn call_record(tenant: &str) -> String {
-    use std::fmt::Write;
-    let mut key = String::with_capacity(7 + tenant.len() + 32);
-    key.push_str("slr:{");
-    key.push_str(tenant);
-    key.push_str("}:");
-    let _ = write!(key, "{:032x}", rand::random::<u128>());
-    key
+/// `request_id`: field [`CallRecord::field`] (32 random hex digits) of the hash
+/// `slq:{<tenant>}:<slot>`, which every such call of the tenant in the same
+/// [`CALL_SLOT_MS`] shares. A key of its own per call made Redis create and expire one key
+/// per check, and its expiry cycle then stalled every client for up to 25 ms
+/// (docs/BENCHMARKS.md); one hash a slot is a few keys a second however busy the tenant.
+#[derive(Debug)]
+pub struct CallRecord {
+    pub key: String,
+    field: [u8; 32],
+}
+
+impl CallRecord {
+    /// A fresh record for a call made at `now_ms` (the slot only groups records: any clock
+    /// will do).
+    pub fn new(tenant: &str, now_ms: i64) -> Self {
+        use std::fmt::Write;
+        let mut key = String::with_capacity(27 + tenant.len());
+        key.push_str("slq:{");
+        key.push_str(tenant);
+        key.push_str("}:");
+        let _ = write!(key, "{}", now_ms.div_euclid(CALL_SLOT_MS));
+        let mut field = [0_u8; 32];
+        let random = rand::random::<u128>();
+        for (i, digit) in field.iter_mut().enumerate() {
+            let nibble = (random >> (4 * (31 - i))) & 0xf;
+            *digit = b"0123456789abcdef"[nibble as usize];
+        }
+        Self { key, field }
+    }
+
+    /// This call's field in the hash.
+    pub fn field(&self) -> &str {
+        // Only ASCII hex digits are ever written.
+        std::str::from_utf8(&self.field).unwrap_or_default()
+    }
 }
 
 fn short_hash(s: &str) -> String {
@@ -251,10 +280,14 @@ mod tests {
         assert_eq!(bucket("t1", "r1", None), "sl:{t1}:r1:*");
         assert_eq!(bucket("t1", "r1", Some("user-42")), "sl:{t1}:r1:s:user-42");
         assert!(request("t1", "req-1").starts_with("slr:{t1}:"));
-        let call = call_record("t1");
-        assert!(call.starts_with("slr:{t1}:"), "{call}");
-        assert_eq!(call.len(), request("t1", "req-1").len());
-        assert_ne!(call, call_record("t1"));
+        let call = CallRecord::new("t1", 1_000);
+        assert_eq!(call.key, "slq:{t1}:4");
+        assert_eq!(CallRecord::new("t1", 1_249).key, call.key, "one slot");
+        assert_eq!(CallRecord::new("t1", 1_250).key, "slq:{t1}:5");
+        assert_eq!(CallRecord::new("t1", -1).key, "slq:{t1}:-1");
+        assert_eq!(call.field().len(), 32);
+        assert!(call.field().bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_ne!(call.field(), CallRecord::new("t1", 1_000).field());
     }
 
     #[test]

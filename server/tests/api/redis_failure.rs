@@ -272,6 +272,34 @@ async fn a_check_resent_after_its_reply_was_lost_is_counted_once() {
     );
     // Two checks, two units: the lost reply's call ran once, not twice.
     assert_eq!(redis.cli(&["HGET", &key, "v"]).trim(), "2");
+    // The calls' records are fields of the tenant's hash of the moment (one for both, or one
+    // each when they fell into two quarter seconds), not a key a call.
+    let pattern = format!("slr:{{{tenant}}}:*");
+    assert_eq!(
+        redis.cli(&["KEYS", &pattern]).trim(),
+        "",
+        "no key of its own"
+    );
+    let pattern = format!("slq:{{{tenant}}}:*");
+    let slots = redis.cli(&["KEYS", &pattern]);
+    let fields: usize = slots
+        .lines()
+        .map(|slot| {
+            redis
+                .cli(&["HLEN", slot.trim()])
+                .trim()
+                .parse::<usize>()
+                .unwrap()
+        })
+        .sum();
+    assert_eq!(fields, 2, "one record a call, in {slots:?}");
+    for slot in slots.lines() {
+        let ttl: i64 = redis.cli(&["PTTL", slot.trim()]).trim().parse().unwrap();
+        assert!(
+            (1..=8_000).contains(&ttl),
+            "{slot} expires within 4 deadlines: {ttl} ms"
+        );
+    }
 }
 
 #[tokio::test]
