@@ -36,8 +36,9 @@ ARGV[4+7i..] per rule i: algorithm code (1 token_bucket, 2 gcra, 3 leaky_bucket,
              (burst, or limit), cost, penalty (0/1), shadow (0/1)
 ARGV[4+7n]   1 when the idempotency record is the caller's request_id (it counts against the
              quota); otherwise this call's field in the hash KEYS[n+1] (32 hex digits, kept a
-             few seconds; the hash's expiry is pushed back by each write, so every field
-             lives at least ARGV[2] ms); 0 in a dry run
+             few seconds: each write pushes the hash's expiry back to ARGV[2] ms when it is
+             sooner, never forward, so every field lives at least its call's ARGV[2] ms);
+             0 in a dry run
 ARGV[5+7n]   the tenant's quota of live keys, or -1 for none
 ARGV[6+7n]   one character per rule: '0' when this instance has already added the rule's
              bucket to this minute's active-key HyperLogLog, '1' (or absent) to add it
@@ -577,7 +578,11 @@ end
 if dedup_ttl > 0 then
   if call_field then
     redis.call('HSET', dedup_key, call_field, cjson.encode(reply))
-    redis.call('PEXPIRE', dedup_key, dedup_ttl)
+    -- Pushed back, never brought forward: an instance with a shorter deadline (so a shorter
+    -- TTL) must not cut another's records short. A hash without a TTL answers -1.
+    if redis.call('PTTL', dedup_key) < dedup_ttl then
+      redis.call('PEXPIRE', dedup_key, dedup_ttl)
+    end
   else
     redis.call('SET', dedup_key, cjson.encode(reply), 'PX', dedup_ttl)
   end

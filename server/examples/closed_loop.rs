@@ -438,7 +438,7 @@ async fn bench(seconds: u64, rounds: usize) {
             let run = wrk(&t.url, &t.script, seconds);
             let calls = redis.command_stats("evalsha").0 - calls_before;
             if t.on_redis {
-                let expired = expired_keys(&redis) - expired_before;
+                let expired = expired_keys(&redis).saturating_sub(expired_before);
                 t.expired_per_request
                     .push(expired as f64 / run.requests.max(1) as f64);
                 t.expiry_stall_ms.push(longest_expiry_stall_ms(&redis));

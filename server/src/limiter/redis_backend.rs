@@ -30,9 +30,10 @@ const RELEASE_SOURCE: &str = include_str!("../../../lua/release.lua");
 ///
 /// Every call that may consume carries an idempotency record: the caller's `request_id`
 /// (kept [`REQUEST_ID_TTL`]), or else an id made here for this one call, a field of its
-/// tenant's [`keys::CallRecord`] hash of the moment (kept a few deadlines). The client resends a call once after a reconnect; when the first send did
-/// run and only its reply was lost, the resend finds the record and returns the first
-/// decision instead of consuming again.
+/// tenant's [`keys::CallRecord`] hash of the moment (kept a few deadlines). The client
+/// resends a call once after a reconnect; when the first send did run and only its reply was
+/// lost, the resend finds the record and returns the first decision instead of consuming
+/// again.
 pub async fn check(
     redis: &RedisClient,
     marks: &ActiveMarks,

@@ -1,7 +1,7 @@
 //! Every Redis key and channel Sluice uses is built here: buckets (`sl`), idempotency records
-//! (`slr` for a caller's request id, `slq` for the calls the server makes), active-key HyperLogLogs (`slk`), the live-key index of the quota (`slb`), the
-//! dashboards' fleet series (`sld`), and the
-//! channel of admin changes. All of a tenant's keys carry the hash tag `{<tenant>}`, so on a
+//! (`slr` for a caller's request id, `slq` for the calls the server makes), active-key
+//! HyperLogLogs (`slk`), the live-key index of the quota (`slb`), the dashboards' fleet
+//! series (`sld`), and the channel of admin changes. All of a tenant's keys carry the hash tag `{<tenant>}`, so on a
 //! Redis Cluster they live in one slot and one script can touch them all atomically; the
 //! fleet's series share the tag `{fleet}` for the same reason.
 

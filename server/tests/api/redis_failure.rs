@@ -303,6 +303,59 @@ async fn a_check_resent_after_its_reply_was_lost_is_counted_once() {
 }
 
 #[tokio::test]
+async fn an_instance_with_a_shorter_deadline_never_cuts_another_instances_call_records_short() {
+    use app::rules::{Algorithm, LimitSpec};
+    use sluice::config::LimiterTarget;
+    use sluice::limiter::{keys, CheckRequest, Limiter, RedisOptions, RuleCheck};
+
+    let redis = RedisServer::start();
+    let target = LimiterTarget::Redis(redis.url());
+    // Records are kept 4 deadlines: 8 s on the first instance, 1 s on the second.
+    let connect = |timeout| {
+        Limiter::connect(
+            &target,
+            RedisOptions {
+                timeout,
+                connections: 1,
+            },
+        )
+    };
+    let patient = connect(Duration::from_secs(2)).await.unwrap();
+    let hasty = connect(Duration::from_millis(250)).await.unwrap();
+    let tenant = uuid::Uuid::new_v4().to_string();
+    // One clock for both checks, so both records fall into the same quarter second's hash.
+    let now = 1_000_000_000_i64;
+    let request = CheckRequest {
+        tenant: tenant.clone(),
+        rules: vec![RuleCheck {
+            key: keys::bucket(&tenant, "r", None),
+            spec: LimitSpec::new(Algorithm::FixedWindow, 10, 60_000),
+            cost: 1,
+            shadow: false,
+        }],
+        request_id: None,
+        now_ms: Some(now),
+        dry_run: false,
+        max_live_keys: None,
+        reserve: None,
+        lease: None,
+    };
+    assert!(patient.check(&request).await.unwrap().allowed);
+    assert!(hasty.check(&request).await.unwrap().allowed);
+    let slot = format!("slq:{{{tenant}}}:{}", now / 250);
+    assert_eq!(
+        redis.cli(&["HLEN", &slot]).trim(),
+        "2",
+        "both records in {slot}"
+    );
+    let ttl: i64 = redis.cli(&["PTTL", &slot]).trim().parse().unwrap();
+    assert!(
+        ttl > 6_000,
+        "the first instance's record still has most of its 8 s: {ttl} ms"
+    );
+}
+
+#[tokio::test]
 async fn three_instances_keep_a_local_rule_near_its_limit_while_redis_is_down() {
     let mut redis = RedisServer::start();
     let database = shared_postgres().fresh_database().await;
