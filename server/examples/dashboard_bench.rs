@@ -115,7 +115,12 @@ fn main() {
             totals.push(total);
             bytes = html.len();
             points = frame.points.len();
-            assert!(html.matches("<svg").count() == 2);
+            // Two charts (the legends' swatches are small SVGs of their own, without a viewBox).
+            assert_eq!(
+                html.matches("<svg width=\"760\" height=\"280\" viewBox=")
+                    .count(),
+                2
+            );
         }
         for v in [&mut frames, &mut renders, &mut totals] {
             v.sort();
