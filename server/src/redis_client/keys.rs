@@ -1,9 +1,9 @@
 //! Every Redis key and channel Sluice uses is built here: buckets (`sl`), idempotency records
 //! (`slr` for a caller's request id, `slq` for the calls the server makes), active-key
 //! HyperLogLogs (`slk`), the live-key index of the quota (`slb`), the dashboards' fleet
-//! series (`sld`), and the channel of admin changes. All of a tenant's keys carry the hash tag `{<tenant>}`, so on a
-//! Redis Cluster they live in one slot and one script can touch them all atomically; the
-//! fleet's series share the tag `{fleet}` for the same reason.
+//! series (`sld`), and the channel of admin changes. All of a tenant's keys carry the hash
+//! tag `{<tenant>}`, so on a Redis Cluster they live in one slot and one script can touch them
+//! all atomically; the fleet's series share the tag `{fleet}` for the same reason.
 
 use sha2::{Digest, Sha256};
 
@@ -183,11 +183,8 @@ impl CallRecord {
         key.push_str("}:");
         let _ = write!(key, "{}", now_ms.div_euclid(CALL_SLOT_MS));
         let mut field = [0_u8; 32];
-        let random = rand::random::<u128>();
-        for (i, digit) in field.iter_mut().enumerate() {
-            let nibble = (random >> (4 * (31 - i))) & 0xf;
-            *digit = b"0123456789abcdef"[nibble as usize];
-        }
+        // 16 bytes fill exactly 32 hex digits, so this cannot fail.
+        let _ = hex::encode_to_slice(rand::random::<[u8; 16]>(), &mut field);
         Self { key, field }
     }
 

@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::helpers::{app_on, setup_tenant, spawn_app, time_until, Backend, TestApp};
+use crate::helpers::{
+    app_on, distributed_config, setup_tenant, spawn_app, time_until, Backend, TestApp,
+};
 use crate::services::{shared_postgres, RedisServer};
 
 fn in_flight(limit: u64, period_ms: u64) -> Value {
@@ -144,10 +146,7 @@ async fn five_hundred_acquisitions_over_three_instances_never_hold_more_than_twe
         // A deadline of 5 s rather than 250 ms: 500 requests at once on a loaded 2-core CI
         // machine once took a release past 250 ms and got the failure mode's 503. This test
         // is about exactness; the deadline's own behaviour is tested in redis_failure.rs.
-        let mut config =
-            sluice::config::Config::embedded(tempfile::tempdir().unwrap().path().to_path_buf());
-        config.database_url = Some(database.clone());
-        config.redis_url = Some(redis.url());
+        let mut config = distributed_config(&database, &redis.url());
         config.redis_timeout_ms = 5_000;
         instances.push(Arc::new(spawn_app(config).await));
     }

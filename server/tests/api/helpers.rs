@@ -148,10 +148,15 @@ pub fn embedded_config() -> (Config, tempfile::TempDir) {
 /// A distributed instance on the PostgreSQL database at `database_url` and the Redis at
 /// `redis_url`.
 pub async fn distributed(database_url: &str, redis_url: &str) -> TestApp {
+    spawn_app(distributed_config(database_url, redis_url)).await
+}
+
+/// The configuration [`distributed`] starts, for a test that changes a setting first.
+pub fn distributed_config(database_url: &str, redis_url: &str) -> Config {
     let mut config = Config::embedded(tempfile::tempdir().unwrap().path().to_path_buf());
     config.database_url = Some(database_url.to_owned());
     config.redis_url = Some(redis_url.to_owned());
-    spawn_app(config).await
+    config
 }
 
 /// A distributed instance on the PostgreSQL database at `database_url` and the Redis Cluster

@@ -225,13 +225,35 @@ impl LossyProxy {
     }
 }
 
+/// A check of one unit against a fixed window of 10 a minute on `tenant`'s bucket `r`,
+/// without a `request_id` (so the server makes the call's record), at `now_ms` or Redis's time.
+fn one_unit_check(tenant: &str, now_ms: Option<i64>) -> sluice::limiter::CheckRequest {
+    use app::rules::{Algorithm, LimitSpec};
+    use sluice::limiter::{keys, CheckRequest, RuleCheck};
+
+    CheckRequest {
+        tenant: tenant.to_owned(),
+        rules: vec![RuleCheck {
+            key: keys::bucket(tenant, "r", None),
+            spec: LimitSpec::new(Algorithm::FixedWindow, 10, 60_000),
+            cost: 1,
+            shadow: false,
+        }],
+        request_id: None,
+        now_ms,
+        dry_run: false,
+        max_live_keys: None,
+        reserve: None,
+        lease: None,
+    }
+}
+
 #[tokio::test]
 async fn a_check_resent_after_its_reply_was_lost_is_counted_once() {
     use std::sync::atomic::Ordering;
 
-    use app::rules::{Algorithm, LimitSpec};
     use sluice::config::LimiterTarget;
-    use sluice::limiter::{keys, CheckRequest, Limiter, RedisOptions, RuleCheck};
+    use sluice::limiter::{Limiter, RedisOptions};
 
     let redis = RedisServer::start();
     let proxy = LossyProxy::start(redis.port).await;
@@ -242,22 +264,8 @@ async fn a_check_resent_after_its_reply_was_lost_is_counted_once() {
     let target = LimiterTarget::Redis(format!("redis://127.0.0.1:{}", proxy.port));
     let limiter = Limiter::connect(&target, options).await.unwrap();
     let tenant = uuid::Uuid::new_v4().to_string();
-    let key = keys::bucket(&tenant, "r", None);
-    let request = CheckRequest {
-        tenant: tenant.clone(),
-        rules: vec![RuleCheck {
-            key: key.clone(),
-            spec: LimitSpec::new(Algorithm::FixedWindow, 10, 60_000),
-            cost: 1,
-            shadow: false,
-        }],
-        request_id: None,
-        now_ms: None,
-        dry_run: false,
-        max_live_keys: None,
-        reserve: None,
-        lease: None,
-    };
+    let request = one_unit_check(&tenant, None);
+    let key = request.rules[0].key.clone();
     let first = limiter.check(&request).await.unwrap();
     assert!(first.allowed && !first.deduplicated);
     assert_eq!(redis.cli(&["HGET", &key, "v"]).trim(), "1");
@@ -304,9 +312,8 @@ async fn a_check_resent_after_its_reply_was_lost_is_counted_once() {
 
 #[tokio::test]
 async fn an_instance_with_a_shorter_deadline_never_cuts_another_instances_call_records_short() {
-    use app::rules::{Algorithm, LimitSpec};
     use sluice::config::LimiterTarget;
-    use sluice::limiter::{keys, CheckRequest, Limiter, RedisOptions, RuleCheck};
+    use sluice::limiter::{Limiter, RedisOptions};
 
     let redis = RedisServer::start();
     let target = LimiterTarget::Redis(redis.url());
@@ -325,21 +332,7 @@ async fn an_instance_with_a_shorter_deadline_never_cuts_another_instances_call_r
     let tenant = uuid::Uuid::new_v4().to_string();
     // One clock for both checks, so both records fall into the same quarter second's hash.
     let now = 1_000_000_000_i64;
-    let request = CheckRequest {
-        tenant: tenant.clone(),
-        rules: vec![RuleCheck {
-            key: keys::bucket(&tenant, "r", None),
-            spec: LimitSpec::new(Algorithm::FixedWindow, 10, 60_000),
-            cost: 1,
-            shadow: false,
-        }],
-        request_id: None,
-        now_ms: Some(now),
-        dry_run: false,
-        max_live_keys: None,
-        reserve: None,
-        lease: None,
-    };
+    let request = one_unit_check(&tenant, Some(now));
     assert!(patient.check(&request).await.unwrap().allowed);
     assert!(hasty.check(&request).await.unwrap().allowed);
     let slot = format!("slq:{{{tenant}}}:{}", now / 250);
