@@ -3,6 +3,14 @@
 use clap::Parser;
 use sluice::cli::Cli;
 
+/// The server's allocator. A check allocates a few small, short-lived buffers (the request
+/// body, the key's hash, the Redis command, the response); mimalloc's thread-local free lists
+/// serve those faster than the system allocator (`docs/BENCHMARKS.md`, "What changed").
+/// Only the binary sets it: the library's examples measure allocations with an allocator of
+/// their own.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
