@@ -51,6 +51,9 @@ export default defineConfig({
       RUST_LOG: 'warn',
       // The first start creates admin@localhost with this password (see tests/auth.spec.ts).
       SLUICE_ADMIN_PASSWORD: 'e2e operator password',
+      // Each test sends its own X-Forwarded-For (tests/fixtures.ts), so each has its own
+      // sign-in budgets.
+      SLUICE_TRUSTED_PROXIES: '127.0.0.1',
     },
   },
 });

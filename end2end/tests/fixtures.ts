@@ -13,6 +13,16 @@ type Fixtures = {
 };
 
 export const test = base.extend<Fixtures>({
+  // Each test is a client of its own: the server (started with SLUICE_TRUSTED_PROXIES naming
+  // 127.0.0.1, playwright.config.ts) reads the client's address from X-Forwarded-For, so the
+  // sign-in budgets per email and client and per client (10 and 30 a minute) are each test's
+  // own. With one shared address, a fast run signed the operator in more than 10 times a
+  // minute and got 429 (a clean-clone CI run at dcff628). As an option, the header also goes
+  // with the contexts a test opens itself (browser.newContext()).
+  extraHTTPHeaders: async ({}, use) => {
+    const [a, b, c] = randomBytes(3);
+    await use({ 'x-forwarded-for': `10.${a}.${b}.${c}` });
+  },
   browserErrors: async ({ page }, use) => {
     const errors: string[] = [];
     page.on('pageerror', (e) => errors.push(`pageerror: ${e.message}`));
