@@ -361,13 +361,16 @@ async fn three_instances_keep_a_local_rule_near_its_limit_while_redis_is_down() 
         apps.push(spawn_app(config).await);
     }
     let op = apps[0].operator_key().await;
+    // A token bucket of 30 an hour: each instance's share (10) refills one token in 6
+    // minutes, and no window edge can fall inside the test. A fixed window of 10 minutes
+    // once rolled over mid-test in CI and every instance admitted 3 more (39).
     let mut local = rule(
         "local",
         "exact",
         Some("GET /local"),
-        "fixed_window",
+        "token_bucket",
         30,
-        600_000,
+        3_600_000,
     );
     local["failure_mode"] = json!("local");
     let t = setup_tenant(&apps[0], &op, &[local]).await;
