@@ -470,12 +470,11 @@ async fn five_hundred_concurrent_calls_over_three_instances_admit_exactly_the_li
         instances.push(spawn_app(config).await);
     }
     let op = instances[0].operator_key().await;
-    let t = setup_tenant(
-        &instances[0],
-        &op,
-        &[descriptor_rule("shared", &[("api", Some("search"))], 100)],
-    )
-    .await;
+    // A day's window: 500 concurrent calls take a second or two on a loaded machine, and a
+    // minute's window could roll over between them and admit more than the limit.
+    let mut shared = descriptor_rule("shared", &[("api", Some("search"))], 100);
+    shared["period_ms"] = json!(86_400_000);
+    let t = setup_tenant(&instances[0], &op, &[shared]).await;
     let name = tenant_name(&instances[0], &op, &t).await;
     let c = call(
         &name,
