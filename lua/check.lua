@@ -62,6 +62,22 @@ Reply: { deduplicated (0/1), now, allowed (0/1),
 or, when the call would create keys past the quota and so did nothing:
        { 2, now, live keys, ms until the earliest of them expires }
 
+A batch: the checks of one tenant that queued while the instance's last call for it ran, sent
+as one call so that a script run, its record and its round trip are paid once for all of them
+(server/src/limiter/redis_backend.rs). They are decided one after the other, in order, as
+separate calls would be, at one Redis time.
+KEYS[1]      the batch's idempotency record: the tenant's hash of the moment, as KEYS[n+1] above
+KEYS[2..]    each check's keys as above, one check after the other
+ARGV[1]      the word `batch`
+ARGV[2]      the batch's field in KEYS[1] (its reply is kept there, as a call's above)
+ARGV[3]      the record's TTL in ms
+ARGV[4]      m, the number of checks
+ARGV[5..]    per check j: how many keys it has, and how many arguments (ARGV[3+2j], ARGV[4+2j])
+ARGV[5+2m..] each check's arguments as above, one check after the other; a check's own record
+             is off (ARGV[2] 0) unless it carries the caller's request_id or is a dry run
+Reply: the checks' replies in order; a check that raised an error (a key of another type)
+       replies { 3, the error }; the others are decided as usual.
+
 The quota: a call that would create a bucket or keep a caller's request_id checks the index
 first. It drops (or, when the key lives on, re-scores) up to PRUNE entries whose time has
 passed, then refuses if the live keys plus the new ones would pass the quota. Checks of
@@ -88,6 +104,8 @@ end
 
 local ALLOW, DENY, NEVER = 1, 0, -1
 local OVER_QUOTA = 2
+-- The first item of a batched check's reply when the check failed (its error follows).
+local FAILED = 3
 -- The most index entries one call examines when it makes room.
 local PRUNE = 100
 local MARGIN = 1000
@@ -96,44 +114,9 @@ local ACTIVE_TTL_MS = 7 * 60 * 1000
 -- Slack for doubles that refilled to exactly the cost but read a few ulps short (model.rs).
 local EPSILON = 1e-9
 
-local n = tonumber(ARGV[3])
-local dedup_ttl = tonumber(ARGV[2])
-local dedup_key = KEYS[n + 1]
-local dry_run = dedup_ttl < 0
-local reserve_ttl = tonumber(ARGV[7 + 7 * n] or '0') or 0
-local lease_id = ARGV[8 + 7 * n]
-local lease_key = nil
-if lease_id then
-  lease_key = KEYS[n + 4 + (reserve_ttl > 0 and 1 or 0)]
-end
-
--- The field of a call the server made, or nil for the caller's request_id (a key of its own).
-local call_field = nil
-if ARGV[4 + 7 * n] ~= '1' then
-  call_field = ARGV[4 + 7 * n]
-end
-
-if dedup_ttl > 0 then
-  local seen
-  if call_field then
-    seen = redis.call('HGET', dedup_key, call_field)
-  else
-    seen = redis.call('GET', dedup_key)
-  end
-  if seen then
-    local reply = cjson.decode(seen)
-    reply[1] = 1
-    return reply
-  end
-end
-
-local now
-if ARGV[1] ~= '' then
-  now = tonumber(ARGV[1])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+-- The state of the check being decided, which the helpers below read: its clock, its lease
+-- id (or nil), and the buckets it found absent (so writing them creates them), for the quota.
+local now, lease_id, absent
 
 local function fmt(x)
   return string.format('%.17g', x)
@@ -154,9 +137,6 @@ local function decision(v, remaining, reset, retry)
   end
   return { v = v, rem = remaining, reset = whole_ms(reset), retry = r }
 end
-
--- The buckets this call found absent (so writing them creates them), for the quota.
-local absent = {}
 
 local function read_hash(key, fields)
   local values = redis.call('HMGET', key, unpack(fields))
@@ -424,188 +404,288 @@ local function write(key, algorithm, state, ttl, P)
   redis.call('PEXPIRE', key, ttl)
 end
 
--- Phase 1: decide every rule, writing nothing.
-local rules, allowed = {}, true
-for i = 1, n do
-  local base = 3 + (i - 1) * 7
-  local algorithm = tonumber(ARGV[base + 1])
-  local L, P, B = tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4])
-  local c = tonumber(ARGV[base + 5])
-  local penalty, shadow = ARGV[base + 6] == '1', ARGV[base + 7] == '1'
-  local d, admitted, penalised, ttl = ALGORITHMS[algorithm](KEYS[i], L, P, B, c, now, penalty)
-  if d.v ~= ALLOW and not shadow then
-    allowed = false
+-- Decides one check: KEYS and ARGV as the header documents them (a batch passes each
+-- check's own). `clock` gives Redis's time in ms when ARGV[1] is empty.
+local function check_one(KEYS, ARGV, clock)
+  local n = tonumber(ARGV[3])
+  local dedup_ttl = tonumber(ARGV[2])
+  local dedup_key = KEYS[n + 1]
+  local dry_run = dedup_ttl < 0
+  local reserve_ttl = tonumber(ARGV[7 + 7 * n] or '0') or 0
+  lease_id = ARGV[8 + 7 * n]
+  local lease_key = nil
+  if lease_id then
+    lease_key = KEYS[n + 4 + (reserve_ttl > 0 and 1 or 0)]
   end
-  rules[i] = { d = d, admitted = admitted, penalised = penalised, ttl = ttl,
-               algorithm = algorithm, P = P, shadow = shadow }
-end
 
--- How long the lease record lives: as long as the longest lease it lists.
-local function lease_ttl()
-  local ttl = 0
+  -- The field of a call the server made, or nil for the caller's request_id (a key of its own).
+  local call_field = nil
+  if ARGV[4 + 7 * n] ~= '1' then
+    call_field = ARGV[4 + 7 * n]
+  end
+
+  if dedup_ttl > 0 then
+    local seen
+    if call_field then
+      seen = redis.call('HGET', dedup_key, call_field)
+    else
+      seen = redis.call('GET', dedup_key)
+    end
+    if seen then
+      local reply = cjson.decode(seen)
+      reply[1] = 1
+      return reply
+    end
+  end
+
+  absent = {}
+  if ARGV[1] ~= '' then
+    now = tonumber(ARGV[1])
+  else
+    now = clock()
+  end
+
+  -- Phase 1: decide every rule, writing nothing.
+  local rules, allowed = {}, true
   for i = 1, n do
-    if rules[i].algorithm == 7 and rules[i].admitted then
-      ttl = math.max(ttl, rules[i].P + MARGIN)
+    local base = 3 + (i - 1) * 7
+    local algorithm = tonumber(ARGV[base + 1])
+    local L, P, B = tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4])
+    local c = tonumber(ARGV[base + 5])
+    local penalty, shadow = ARGV[base + 6] == '1', ARGV[base + 7] == '1'
+    local d, admitted, penalised, ttl = ALGORITHMS[algorithm](KEYS[i], L, P, B, c, now, penalty)
+    if d.v ~= ALLOW and not shadow then
+      allowed = false
     end
+    rules[i] = { d = d, admitted = admitted, penalised = penalised, ttl = ttl,
+                 algorithm = algorithm, P = P, shadow = shadow }
   end
-  return ttl
-end
 
--- What phase 2 writes for rule i: its admitted state, or its penalty, or nothing.
-local function to_write(r)
-  if allowed then
-    return r.admitted
-  elseif not r.shadow and r.d.v ~= ALLOW then
-    return r.penalised
-  end
-  return nil
-end
-
--- The quota: the keys this call would create, admitted only while the tenant's live keys
--- stay within it.
-local quota = tonumber(ARGV[5 + 7 * n])
-if not dry_run and quota >= 0 then
-  local index = KEYS[n + 3]
-  local fresh = {}
-  for i = 1, n do
-    if to_write(rules[i]) and absent[KEYS[i]] then
-      fresh[#fresh + 1] = { KEYS[i], rules[i].ttl }
-    end
-  end
-  if dedup_ttl > 0 and not call_field then
-    fresh[#fresh + 1] = { dedup_key, dedup_ttl }
-  end
-  if allowed and reserve_ttl > 0 then
-    if redis.call('EXISTS', KEYS[n + 4]) == 0 then
-      fresh[#fresh + 1] = { KEYS[n + 4], reserve_ttl }
-    end
-  end
-  if allowed and lease_key and lease_ttl() > 0 then
-    if redis.call('EXISTS', lease_key) == 0 then
-      fresh[#fresh + 1] = { lease_key, lease_ttl() }
-    end
-  end
-  if #fresh > 0 then
-    local due = redis.call('ZRANGEBYSCORE', index, '-inf', now, 'LIMIT', 0, PRUNE)
-    for _, member in ipairs(due) do
-      local left = redis.call('PTTL', member)
-      if left > 0 then
-        redis.call('ZADD', index, now + left, member)
-      else
-        redis.call('ZREM', index, member)
+  -- How long the lease record lives: as long as the longest lease it lists.
+  local function lease_ttl()
+    local ttl = 0
+    for i = 1, n do
+      if rules[i].algorithm == 7 and rules[i].admitted then
+        ttl = math.max(ttl, rules[i].P + MARGIN)
       end
     end
-    local live = redis.call('ZCARD', index)
-    if live + #fresh > quota then
-      local first = redis.call('ZRANGE', index, 0, 0, 'WITHSCORES')
-      local wait = 1000
-      if first[2] then
-        wait = math.max(1, tonumber(first[2]) - now)
+    return ttl
+  end
+
+  -- What phase 2 writes for rule i: its admitted state, or its penalty, or nothing.
+  local function to_write(r)
+    if allowed then
+      return r.admitted
+    elseif not r.shadow and r.d.v ~= ALLOW then
+      return r.penalised
+    end
+    return nil
+  end
+
+  -- The quota: the keys this call would create, admitted only while the tenant's live keys
+  -- stay within it.
+  local quota = tonumber(ARGV[5 + 7 * n])
+  if not dry_run and quota >= 0 then
+    local index = KEYS[n + 3]
+    local fresh = {}
+    for i = 1, n do
+      if to_write(rules[i]) and absent[KEYS[i]] then
+        fresh[#fresh + 1] = { KEYS[i], rules[i].ttl }
       end
-      return { OVER_QUOTA, now, live, whole_ms(wait) }
     end
-    for _, key in ipairs(fresh) do
-      redis.call('ZADD', index, now + key[2], key[1])
+    if dedup_ttl > 0 and not call_field then
+      fresh[#fresh + 1] = { dedup_key, dedup_ttl }
     end
-  end
-end
-
--- Phase 2: commit all admitted consumption, or only the penalties (nothing in a dry run).
-for i = 1, (dry_run and 0 or n) do
-  local r = rules[i]
-  local state = to_write(r)
-  if state then
-    write(KEYS[i], r.algorithm, state, r.ttl, r.P)
-  end
-end
-
--- A reservation: what each written rule was charged, and where, for lua/settle.lua.
-if allowed and not dry_run and reserve_ttl > 0 then
-  local charged = {}
-  for i = 1, n do
-    local r = rules[i]
-    if r.admitted then
-      local mark = 0
-      if r.algorithm == 6 then
-        mark = r.admitted.entry[1]
-      else
-        for j = 1, #r.admitted, 2 do
-          if r.admitted[j] == 'w' then
-            mark = tonumber(r.admitted[j + 1])
-          end
+    if allowed and reserve_ttl > 0 then
+      if redis.call('EXISTS', KEYS[n + 4]) == 0 then
+        fresh[#fresh + 1] = { KEYS[n + 4], reserve_ttl }
+      end
+    end
+    if allowed and lease_key and lease_ttl() > 0 then
+      if redis.call('EXISTS', lease_key) == 0 then
+        fresh[#fresh + 1] = { lease_key, lease_ttl() }
+      end
+    end
+    if #fresh > 0 then
+      local due = redis.call('ZRANGEBYSCORE', index, '-inf', now, 'LIMIT', 0, PRUNE)
+      for _, member in ipairs(due) do
+        local left = redis.call('PTTL', member)
+        if left > 0 then
+          redis.call('ZADD', index, now + left, member)
+        else
+          redis.call('ZREM', index, member)
         end
       end
-      local base = 3 + (i - 1) * 7
-      charged[#charged + 1] = { k = KEYS[i], a = r.algorithm, l = ARGV[base + 2],
-        p = ARGV[base + 3], b = ARGV[base + 4], c = ARGV[base + 5], m = fmt(mark) }
+      local live = redis.call('ZCARD', index)
+      if live + #fresh > quota then
+        local first = redis.call('ZRANGE', index, 0, 0, 'WITHSCORES')
+        local wait = 1000
+        if first[2] then
+          wait = math.max(1, tonumber(first[2]) - now)
+        end
+        return { OVER_QUOTA, now, live, whole_ms(wait) }
+      end
+      for _, key in ipairs(fresh) do
+        redis.call('ZADD', index, now + key[2], key[1])
+      end
     end
   end
-  local record = KEYS[n + 4]
-  -- cjson writes an empty table as {}: a reservation of shadow rules that all denied is [].
-  local encoded = #charged > 0 and cjson.encode(charged) or '[]'
-  -- A request_id used again after its record expired names the same reservation: it starts
-  -- afresh, not settled.
-  redis.call('DEL', record)
-  redis.call('HSET', record, 'r', encoded, 'e', ARGV[8])
-  redis.call('PEXPIRE', record, reserve_ttl)
-end
 
--- A lease: the member each concurrency bucket holds for it, for lua/release.lua.
-if allowed and not dry_run and lease_key then
-  local held = {}
-  for i = 1, n do
+  -- Phase 2: commit all admitted consumption, or only the penalties (nothing in a dry run).
+  for i = 1, (dry_run and 0 or n) do
     local r = rules[i]
-    if r.algorithm == 7 and r.admitted then
-      held[#held + 1] = { k = KEYS[i], m = lease_member(r.admitted.lease[1], r.admitted.lease[2]) }
+    local state = to_write(r)
+    if state then
+      write(KEYS[i], r.algorithm, state, r.ttl, r.P)
     end
   end
-  if #held > 0 then
-    redis.call('DEL', lease_key)
-    redis.call('HSET', lease_key, 'r', cjson.encode(held))
-    redis.call('PEXPIRE', lease_key, lease_ttl())
-  end
-end
 
-local reply = { 0, now, allowed and 1 or 0 }
-for i = 1, n do
-  local d = rules[i].d
-  reply[#reply + 1] = d.v
-  reply[#reply + 1] = fmt(d.rem)
-  reply[#reply + 1] = d.reset
-  reply[#reply + 1] = d.retry
-end
-
-if dedup_ttl > 0 then
-  if call_field then
-    redis.call('HSET', dedup_key, call_field, cjson.encode(reply))
-    -- Pushed back, never brought forward: an instance with a shorter deadline (so a shorter
-    -- TTL) must not cut another's records short. A hash without a TTL answers -1.
-    if redis.call('PTTL', dedup_key) < dedup_ttl then
-      redis.call('PEXPIRE', dedup_key, dedup_ttl)
+  -- A reservation: what each written rule was charged, and where, for lua/settle.lua.
+  if allowed and not dry_run and reserve_ttl > 0 then
+    local charged = {}
+    for i = 1, n do
+      local r = rules[i]
+      if r.admitted then
+        local mark = 0
+        if r.algorithm == 6 then
+          mark = r.admitted.entry[1]
+        else
+          for j = 1, #r.admitted, 2 do
+            if r.admitted[j] == 'w' then
+              mark = tonumber(r.admitted[j + 1])
+            end
+          end
+        end
+        local base = 3 + (i - 1) * 7
+        charged[#charged + 1] = { k = KEYS[i], a = r.algorithm, l = ARGV[base + 2],
+          p = ARGV[base + 3], b = ARGV[base + 4], c = ARGV[base + 5], m = fmt(mark) }
+      end
     end
-  else
-    redis.call('SET', dedup_key, cjson.encode(reply), 'PX', dedup_ttl)
+    local record = KEYS[n + 4]
+    -- cjson writes an empty table as {}: a reservation of shadow rules that all denied is [].
+    local encoded = #charged > 0 and cjson.encode(charged) or '[]'
+    -- A request_id used again after its record expired names the same reservation: it starts
+    -- afresh, not settled.
+    redis.call('DEL', record)
+    redis.call('HSET', record, 'r', encoded, 'e', ARGV[8])
+    redis.call('PEXPIRE', record, reserve_ttl)
   end
-end
 
--- Active keys: a HyperLogLog per tenant and minute (about 12 KB at most, standard error
--- 0.81%). It gets its expiry when this call created it; a minute's key is written only in
--- that minute, so the expiry is never pushed back.
-if not dry_run then
-  local marks = ARGV[6 + 7 * n] or ''
-  local unmarked = {}
+  -- A lease: the member each concurrency bucket holds for it, for lua/release.lua.
+  if allowed and not dry_run and lease_key then
+    local held = {}
+    for i = 1, n do
+      local r = rules[i]
+      if r.algorithm == 7 and r.admitted then
+        held[#held + 1] = { k = KEYS[i], m = lease_member(r.admitted.lease[1], r.admitted.lease[2]) }
+      end
+    end
+    if #held > 0 then
+      redis.call('DEL', lease_key)
+      redis.call('HSET', lease_key, 'r', cjson.encode(held))
+      redis.call('PEXPIRE', lease_key, lease_ttl())
+    end
+  end
+
+  local reply = { 0, now, allowed and 1 or 0 }
   for i = 1, n do
-    if string.sub(marks, i, i) ~= '0' then
-      unmarked[#unmarked + 1] = KEYS[i]
+    local d = rules[i].d
+    reply[#reply + 1] = d.v
+    reply[#reply + 1] = fmt(d.rem)
+    reply[#reply + 1] = d.reset
+    reply[#reply + 1] = d.retry
+  end
+
+  if dedup_ttl > 0 then
+    if call_field then
+      redis.call('HSET', dedup_key, call_field, cjson.encode(reply))
+      -- Pushed back, never brought forward: an instance with a shorter deadline (so a shorter
+      -- TTL) must not cut another's records short. A hash without a TTL answers -1.
+      if redis.call('PTTL', dedup_key) < dedup_ttl then
+        redis.call('PEXPIRE', dedup_key, dedup_ttl)
+      end
+    else
+      redis.call('SET', dedup_key, cjson.encode(reply), 'PX', dedup_ttl)
     end
   end
-  if #unmarked > 0 then
-    local active_key = KEYS[n + 2]
-    local fresh = redis.call('EXISTS', active_key) == 0
-    redis.call('PFADD', active_key, unpack(unmarked))
-    if fresh then
-      redis.call('PEXPIRE', active_key, ACTIVE_TTL_MS)
+
+  -- Active keys: a HyperLogLog per tenant and minute (about 12 KB at most, standard error
+  -- 0.81%). It gets its expiry when this call created it; a minute's key is written only in
+  -- that minute, so the expiry is never pushed back.
+  if not dry_run then
+    local marks = ARGV[6 + 7 * n] or ''
+    local unmarked = {}
+    for i = 1, n do
+      if string.sub(marks, i, i) ~= '0' then
+        unmarked[#unmarked + 1] = KEYS[i]
+      end
+    end
+    if #unmarked > 0 then
+      local active_key = KEYS[n + 2]
+      local fresh = redis.call('EXISTS', active_key) == 0
+      redis.call('PFADD', active_key, unpack(unmarked))
+      if fresh then
+        redis.call('PEXPIRE', active_key, ACTIVE_TTL_MS)
+      end
     end
   end
+  return reply
 end
-return reply
+
+-- Redis's time in ms, read once a call: the checks of a batch are decided at one instant.
+local time_ms = nil
+local function redis_time()
+  if not time_ms then
+    local t = redis.call('TIME')
+    time_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return time_ms
+end
+
+if ARGV[1] ~= 'batch' then
+  return check_one(KEYS, ARGV, redis_time)
+end
+
+-- A batch (see the header): the call's own record first, so that a resend after a lost reply
+-- returns every check's first decision.
+local record, field, record_ttl = KEYS[1], ARGV[2], tonumber(ARGV[3])
+local seen = redis.call('HGET', record, field)
+if seen then
+  local replies = cjson.decode(seen)
+  for _, reply in ipairs(replies) do
+    if reply[1] == 0 then
+      reply[1] = 1
+    end
+  end
+  return replies
+end
+
+local m = tonumber(ARGV[4])
+local replies = {}
+local key_at, arg_at = 1, 4 + 2 * m
+for j = 1, m do
+  local key_count, arg_count = tonumber(ARGV[3 + 2 * j]), tonumber(ARGV[4 + 2 * j])
+  local keys, args = {}, {}
+  for i = 1, key_count do
+    keys[i] = KEYS[key_at + i]
+  end
+  for i = 1, arg_count do
+    args[i] = ARGV[arg_at + i]
+  end
+  key_at, arg_at = key_at + key_count, arg_at + arg_count
+  -- A check that fails (a key of the wrong type) is that check's failure, not the batch's.
+  local ok, reply = pcall(check_one, keys, args, redis_time)
+  if not ok then
+    if type(reply) == 'table' and reply.err then
+      reply = reply.err
+    end
+    reply = { FAILED, tostring(reply) }
+  end
+  replies[j] = reply
+end
+
+redis.call('HSET', record, field, cjson.encode(replies))
+if redis.call('PTTL', record) < record_ttl then
+  redis.call('PEXPIRE', record, record_ttl)
+end
+return replies

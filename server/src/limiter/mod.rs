@@ -18,7 +18,7 @@ pub use check::{
     MIN_RESERVATION_TTL_MS, REQUEST_ID_TTL, SETTLED_TTL,
 };
 pub use memory::MemoryBackend;
-pub use redis_backend::{check_script_sha, ActiveMarks};
+pub use redis_backend::{check_script_sha, RedisChecks};
 
 use crate::config::LimiterTarget;
 
@@ -32,8 +32,9 @@ pub use crate::redis_client::{keys, RedisClient, RedisOptions};
 #[derive(Debug, Clone)]
 pub enum Limiter {
     InProcess(MemoryBackend),
-    /// The client, and the buckets this instance has counted as active this minute.
-    Redis(RedisClient, std::sync::Arc<ActiveMarks>),
+    /// The client, and the instance's state of its checks: the buckets it has counted as
+    /// active this minute, the checks waiting to be sent.
+    Redis(RedisClient, std::sync::Arc<RedisChecks>),
 }
 
 impl Limiter {
@@ -164,7 +165,7 @@ impl Limiter {
         request.validate()?;
         match self {
             Limiter::InProcess(memory) => memory.check(request),
-            Limiter::Redis(redis, marks) => redis_backend::check(redis, marks, request).await,
+            Limiter::Redis(redis, checks) => redis_backend::check(redis, checks, request).await,
         }
     }
 }

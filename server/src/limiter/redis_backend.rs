@@ -2,19 +2,20 @@
 //! instance's Redis client ([`crate::redis_client`]): `EVALSHA`, or `EVAL` after a
 //! `NOSCRIPT`, within the client's deadline. Here: the script's arguments and its reply.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, RandomState};
-use std::sync::{LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 
 use app::rules::model::{Decision, Verdict};
 use app::rules::Algorithm;
 use redis::Value;
+use tokio::sync::oneshot;
 
 use super::check::{
     CheckOutcome, CheckRequest, LimiterError, Released, Settlement, MAX_RULES, REQUEST_ID_TTL,
     SETTLED_TTL,
 };
-use crate::redis_client::{keys, RedisClient};
+use crate::redis_client::{self, keys, RedisClient};
 
 /// The check script, hashed once.
 static CHECK: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(CHECK_SOURCE));
@@ -26,17 +27,18 @@ const SETTLE_SOURCE: &str = include_str!("../../../lua/settle.lua");
 static RELEASE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RELEASE_SOURCE));
 const RELEASE_SOURCE: &str = include_str!("../../../lua/release.lua");
 
-/// Runs the check script for `request`.
+/// Runs the check script for `request`, in a batch with the other checks of its tenant that
+/// are waiting ([`RedisChecks`]).
 ///
 /// Every call that may consume carries an idempotency record: the caller's `request_id`
-/// (kept [`REQUEST_ID_TTL`]), or else an id made here for this one call, a field of its
+/// (kept [`REQUEST_ID_TTL`]) for a check that has one, and for the batch a field of its
 /// tenant's [`keys::CallRecord`] hash of the moment (kept a few deadlines). The client
 /// resends a call once after a reconnect; when the first send did run and only its reply was
-/// lost, the resend finds the record and returns the first decision instead of consuming
+/// lost, the resend finds the record and returns the first decisions instead of consuming
 /// again.
 pub async fn check(
     redis: &RedisClient,
-    marks: &ActiveMarks,
+    checks: &Arc<RedisChecks>,
     request: &CheckRequest,
 ) -> Result<CheckOutcome, LimiterError> {
     let now_ms = request.now_ms.unwrap_or_else(crate::store::now_ms);
@@ -46,24 +48,226 @@ pub async fn check(
     } else if request.request_id.is_some() {
         Record::Caller(request.reply_key())
     } else {
-        Record::Call(
-            keys::CallRecord::new(&request.tenant, now_ms),
-            call_ttl_ms(redis),
-        )
+        // The batch's record serves; the key only has to share the tenant's slot.
+        Record::Batch(keys::live_index(&request.tenant))
     };
     let minute = now_ms.div_euclid(60_000);
+    let marks = &checks.marks;
     let ids = marks.ids(request);
     let unmarked = marks.unmarked(minute, &ids);
-    let reply: Value = redis
-        .run_script(&CHECK, CHECK_SOURCE, &request.rules[0].key, |cmd| {
-            add_script_args(cmd, request, &record, minute, unmarked.as_str())
-        })
-        .await?;
+    let mut call = redis::Cmd::new();
+    let key_count = add_script_args(&mut call, request, &record, minute, unmarked.as_str());
+    let (reply, answer) = oneshot::channel();
+    // The caller waits at most the client's deadline, however long its batch waited to be sent.
+    let deadline = tokio::time::Instant::now() + redis.timeout();
+    checks.enqueue(
+        redis,
+        &request.tenant,
+        Waiting {
+            call,
+            key_count,
+            now_ms,
+            reply,
+        },
+    );
+    let reply = match tokio::time::timeout_at(deadline, answer).await {
+        Ok(Ok(reply)) => reply?,
+        Ok(Err(_)) => return Err(redis_client::Error::stopping().into()),
+        Err(_) => return Err(redis_client::Error::Timeout(redis.timeout()).into()),
+    };
     let outcome = parse_reply(reply, request)?;
     if !request.dry_run {
         marks.mark(minute, &ids);
     }
     Ok(outcome)
+}
+
+/// The Redis limiter's state in an instance: the active-key marks, and the checks waiting to
+/// be sent, per tenant.
+///
+/// A check is queued under its tenant. While fewer than [`FLUSHERS`] calls of the tenant are
+/// under way, a task takes everything queued (at most [`MAX_BATCH`] checks) and sends it as
+/// one run of `lua/check.lua` (its header documents a batch), then the next lot, until the
+/// queue is empty. Every key of a tenant carries its hash tag, so a batch runs on one node of
+/// a Cluster too. A lone check goes out at once, a batch of one; under load, the checks that
+/// arrive while a call is under way share the next one, and Redis runs the script, writes a
+/// record and answers once for all of them. Each check is decided as a call of its own would
+/// be, one after the other; a caller that gave up waiting (its deadline passed) is not sent.
+#[derive(Default)]
+pub struct RedisChecks {
+    marks: ActiveMarks,
+    queues: Mutex<HashMap<String, Queue>>,
+}
+
+impl std::fmt::Debug for RedisChecks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisChecks")
+            .field("busy_tenants", &lock(&self.queues).len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The most calls of one tenant under way at once: while one is in Redis, the next is on its
+/// way.
+pub const FLUSHERS: usize = 2;
+/// The most checks one call carries.
+pub const MAX_BATCH: usize = 64;
+
+/// One tenant's checks waiting to be sent.
+#[derive(Default)]
+struct Queue {
+    waiting: Vec<Waiting>,
+    /// The tasks sending this tenant's checks now.
+    flushers: usize,
+}
+
+/// A check waiting to be sent.
+struct Waiting {
+    /// `numkeys KEYS… ARGV…` as a call of its own would send them.
+    call: redis::Cmd,
+    key_count: usize,
+    /// Its clock (names the batch's record slot; any will do).
+    now_ms: i64,
+    reply: oneshot::Sender<Result<Value, LimiterError>>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl RedisChecks {
+    fn enqueue(self: &Arc<Self>, redis: &RedisClient, tenant: &str, waiting: Waiting) {
+        let mut queues = lock(&self.queues);
+        let queue = match queues.get_mut(tenant) {
+            Some(queue) => queue,
+            None => queues.entry(tenant.to_owned()).or_default(),
+        };
+        queue.waiting.push(waiting);
+        if queue.flushers < FLUSHERS {
+            queue.flushers += 1;
+            drop(queues);
+            let flusher = Flusher {
+                checks: self.clone(),
+                redis: redis.clone(),
+                tenant: tenant.to_owned(),
+                running: true,
+            };
+            redis.spawn(flusher.run());
+        }
+    }
+}
+
+/// The task that sends one tenant's queued checks until none are left.
+struct Flusher {
+    checks: Arc<RedisChecks>,
+    redis: RedisClient,
+    tenant: String,
+    /// Still counted among its tenant's flushers (until it found the queue empty).
+    running: bool,
+}
+
+impl Flusher {
+    async fn run(mut self) {
+        while let Some(batch) = self.next_batch() {
+            send_batch(&self.redis, &self.tenant, batch).await;
+        }
+    }
+
+    /// The next checks to send, or `None` (and this flusher no longer counted) when none wait.
+    /// Checks whose caller stopped waiting are dropped.
+    fn next_batch(&mut self) -> Option<Vec<Waiting>> {
+        let mut queues = lock(&self.checks.queues);
+        let queue = queues.get_mut(&self.tenant)?;
+        queue.waiting.retain(|w| !w.reply.is_closed());
+        if queue.waiting.is_empty() {
+            queue.flushers -= 1;
+            if queue.flushers == 0 {
+                queues.remove(&self.tenant);
+            }
+            self.running = false;
+            return None;
+        }
+        let take = queue.waiting.len().min(MAX_BATCH);
+        Some(queue.waiting.drain(..take).collect())
+    }
+}
+
+impl Drop for Flusher {
+    /// A flusher that panicked is no longer counted, so the next check starts another one.
+    fn drop(&mut self) {
+        if self.running {
+            let mut queues = lock(&self.checks.queues);
+            if let Some(queue) = queues.get_mut(&self.tenant) {
+                queue.flushers = queue.flushers.saturating_sub(1);
+            }
+        }
+    }
+}
+
+/// Sends `batch` (checks of `tenant`) as one call and hands each check its reply.
+async fn send_batch(redis: &RedisClient, tenant: &str, batch: Vec<Waiting>) {
+    let record = keys::CallRecord::new(tenant, batch[0].now_ms);
+    let ttl = call_ttl_ms(redis);
+    let calls = u32::try_from(batch.len()).unwrap_or(u32::MAX);
+    let result: Result<Vec<Value>, redis_client::Error> = redis
+        .run_script_as(&CHECK, CHECK_SOURCE, &record.key, calls, |cmd| {
+            add_batch_args(cmd, &record, ttl, &batch)
+        })
+        .await;
+    match result {
+        Ok(replies) if replies.len() == batch.len() => {
+            for (waiting, reply) in batch.into_iter().zip(replies) {
+                let _ = waiting.reply.send(Ok(reply));
+            }
+        }
+        Ok(replies) => {
+            let what = format!("{} replies for a batch of {}", replies.len(), batch.len());
+            for waiting in batch {
+                let _ = waiting
+                    .reply
+                    .send(Err(LimiterError::Protocol(what.clone())));
+            }
+        }
+        Err(e) => {
+            for waiting in batch {
+                let _ = waiting.reply.send(Err(e.duplicate().into()));
+            }
+        }
+    }
+}
+
+/// A check's keys and arguments: its own call without the key count that leads it.
+fn args(w: &Waiting) -> impl Iterator<Item = &[u8]> {
+    w.call.args_iter().skip(1).map(|arg| match arg {
+        redis::Arg::Simple(bytes) => bytes,
+        redis::Arg::Cursor => &[][..],
+    })
+}
+
+/// A batch's `numkeys KEYS… ARGV…`, as `lua/check.lua`'s header documents it.
+fn add_batch_args(cmd: &mut redis::Cmd, record: &keys::CallRecord, ttl: i64, batch: &[Waiting]) {
+    cmd.arg(1 + batch.iter().map(|w| w.key_count).sum::<usize>());
+    cmd.arg(&record.key);
+    for w in batch {
+        for key in args(w).take(w.key_count) {
+            cmd.arg(key);
+        }
+    }
+    cmd.arg("batch")
+        .arg(record.field())
+        .arg(ttl)
+        .arg(batch.len());
+    for w in batch {
+        cmd.arg(w.key_count)
+            .arg(w.call.args_iter().len() - 1 - w.key_count);
+    }
+    for w in batch {
+        for arg in args(w).skip(w.key_count) {
+            cmd.arg(arg);
+        }
+    }
 }
 
 /// The buckets this instance has added to the current minute's active-key HyperLogLog. The
@@ -168,22 +372,22 @@ impl ActiveMarks {
     }
 }
 
-/// Where the check script keeps a call's reply for a resend (`lua/check.lua`, KEYS[n+1]).
+/// Where the check script keeps a check's reply for a resend (`lua/check.lua`, KEYS[n+1]).
 #[derive(Debug)]
 enum Record {
     /// None: a dry run writes nothing (the key is passed but not used).
     DryRun(String),
     /// The caller's `request_id`: a key of its own, kept [`REQUEST_ID_TTL`].
     Caller(String),
-    /// A call the server made: a field of the tenant's hash of the moment, kept this many ms.
-    Call(keys::CallRecord, i64),
+    /// None of its own: its batch's record keeps it. The key (any of the tenant's) is passed
+    /// but not used.
+    Batch(String),
 }
 
 impl Record {
     fn key(&self) -> &str {
         match self {
-            Self::DryRun(key) | Self::Caller(key) => key,
-            Self::Call(record, _) => &record.key,
+            Self::DryRun(key) | Self::Caller(key) | Self::Batch(key) => key,
         }
     }
 
@@ -191,16 +395,15 @@ impl Record {
         match self {
             Self::DryRun(_) => -1,
             Self::Caller(_) => REQUEST_ID_TTL.as_millis() as i64,
-            Self::Call(_, ttl) => *ttl,
+            Self::Batch(_) => 0,
         }
     }
 
-    /// The script's ARGV[4+7n]: `1` for a caller's id, the call's field, `0` in a dry run.
+    /// The script's ARGV[4+7n]: `1` for a caller's id, `0` otherwise.
     fn marker(&self) -> &str {
         match self {
-            Self::DryRun(_) => "0",
+            Self::DryRun(_) | Self::Batch(_) => "0",
             Self::Caller(_) => "1",
-            Self::Call(record, _) => record.field(),
         }
     }
 }
@@ -230,17 +433,18 @@ fn algorithm_code(algorithm: Algorithm) -> u8 {
     }
 }
 
-/// `numkeys KEYS… ARGV…` as documented in the script's header.
+/// `numkeys KEYS… ARGV…` as documented in the script's header; returns numkeys.
 fn add_script_args(
     cmd: &mut redis::Cmd,
     request: &CheckRequest,
     record: &Record,
     minute: i64,
     unmarked: &str,
-) {
+) -> usize {
     let n = request.rules.len();
     let lease = request.lease_id();
-    cmd.arg(n + 3 + usize::from(request.reserve.is_some()) + usize::from(lease.is_some()));
+    let key_count = n + 3 + usize::from(request.reserve.is_some()) + usize::from(lease.is_some());
+    cmd.arg(key_count);
     for rule in &request.rules {
         cmd.arg(&rule.key);
     }
@@ -279,6 +483,7 @@ fn add_script_args(
     if let Some(lease) = &lease {
         cmd.arg(lease.as_ref());
     }
+    key_count
 }
 
 /// One bucket member a lease holds, as `lua/check.lua` recorded it.
@@ -397,6 +602,8 @@ pub async fn settle(
 
 /// The first item of the reply of a call refused by the tenant's quota.
 const OVER_QUOTA: i64 = 2;
+/// The first item of the reply of a batched check that raised an error; the error follows.
+const FAILED: i64 = 3;
 
 fn parse_reply(reply: Value, request: &CheckRequest) -> Result<CheckOutcome, LimiterError> {
     let bad = |what: &str| LimiterError::Protocol(what.to_owned());
@@ -404,6 +611,13 @@ fn parse_reply(reply: Value, request: &CheckRequest) -> Result<CheckOutcome, Lim
         return Err(bad("not an array"));
     };
     let n = request.rules.len();
+    if let [Value::Int(FAILED), error] = items.as_slice() {
+        let error = match error {
+            Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+            other => format!("{other:?}"),
+        };
+        return Err(redis_client::Error::script(error).into());
+    }
     if let [Value::Int(OVER_QUOTA), _, Value::Int(live), Value::Int(wait)] = items.as_slice() {
         return Err(LimiterError::OverQuota {
             live: u64::try_from(*live).unwrap_or(0),
@@ -570,21 +784,22 @@ mod tests {
             let mut cmd = redis::cmd("EVALSHA");
             cmd.arg("sha");
             let unmarked: String = (0..request.rules.len()).map(|i| if i % 2 == 0 { '1' } else { '0' }).collect();
-            let call = keys::CallRecord::new("t", 1_000);
-            let field = call.field().to_owned();
             let (record, key, marker) = if ttl < 0 {
-                (Record::DryRun("slr:{t}:x".to_owned()), "slr:{t}:x", "0".to_owned())
+                (Record::DryRun("slr:{t}:x".to_owned()), "slr:{t}:x", "0")
             } else if request.request_id.is_some() {
-                (Record::Caller("slr:{t}:x".to_owned()), "slr:{t}:x", "1".to_owned())
+                (Record::Caller("slr:{t}:x".to_owned()), "slr:{t}:x", "1")
             } else {
-                (Record::Call(call, ttl), "slq:{t}:4", field)
+                (Record::Batch("slb:{t}".to_owned()), "slb:{t}", "0")
             };
-            let ttl = if request.request_id.is_some() && ttl > 0 {
+            let ttl = if ttl < 0 {
+                -1
+            } else if request.request_id.is_some() {
                 REQUEST_ID_TTL.as_millis() as i64
             } else {
-                ttl
+                0
             };
-            add_script_args(&mut cmd, &request, &record, 29_000_000, &unmarked);
+            let key_count = add_script_args(&mut cmd, &request, &record, 29_000_000, &unmarked);
+            prop_assert_eq!(key_count, request.rules.len() + 3 + r + l);
             let args = args_of(&cmd);
             let n = request.rules.len();
             let tail = if r + l > 0 { 1 + l } else { 0 };
@@ -619,7 +834,7 @@ mod tests {
                 ];
                 prop_assert_eq!(&argv[at..at + 7], &expected[..]);
             }
-            prop_assert_eq!(&argv[3 + 7 * n], &marker);
+            prop_assert_eq!(&argv[3 + 7 * n], marker);
             prop_assert_eq!(&argv[4 + 7 * n], &quota.map_or("-1".to_owned(), |q| q.to_string()));
             prop_assert_eq!(&argv[5 + 7 * n], &unmarked);
             if r + l > 0 {

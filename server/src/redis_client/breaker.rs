@@ -84,7 +84,8 @@ impl Breaker {
 
     /// Records how a call that was let through ended: `reached` when the node answered
     /// (with a reply or an error of its own), not when it timed out or the connection failed.
-    pub fn record(&self, pass: Pass, reached: bool, now: Instant) {
+    /// `calls`: how many calls it stands for (a batch of checks counts as its checks).
+    pub fn record(&self, pass: Pass, reached: bool, calls: u32, now: Instant) {
         let mut s = self.state();
         if pass == Pass::Probe {
             s.probing = false;
@@ -97,7 +98,7 @@ impl Breaker {
             s.open = false;
             return;
         }
-        s.failures = s.failures.saturating_add(1);
+        s.failures = s.failures.saturating_add(calls.max(1));
         if s.open {
             s.next_probe = now + PROBE_EVERY;
         } else if s.failures >= OPEN_AFTER {
@@ -122,7 +123,7 @@ mod tests {
         let t0 = Instant::now();
         for i in 0..OPEN_AFTER {
             assert_eq!(b.pass(t0), Pass::Closed, "call {i}");
-            b.record(Pass::Closed, false, t0);
+            b.record(Pass::Closed, false, 1, t0);
         }
         assert!(b.is_open());
         assert_eq!(b.pass(t0), Pass::Refused);
@@ -130,12 +131,12 @@ mod tests {
         let later = t0 + PROBE_EVERY;
         assert_eq!(b.pass(later), Pass::Probe);
         assert_eq!(b.pass(later), Pass::Refused);
-        b.record(Pass::Probe, false, later);
+        b.record(Pass::Probe, false, 1, later);
         assert!(b.is_open());
         assert_eq!(b.pass(later), Pass::Refused, "the next probe waits");
         let again = later + PROBE_EVERY;
         assert_eq!(b.pass(again), Pass::Probe);
-        b.record(Pass::Probe, true, again);
+        b.record(Pass::Probe, true, 1, again);
         assert!(!b.is_open());
         assert_eq!(b.pass(again), Pass::Closed);
     }
@@ -145,11 +146,11 @@ mod tests {
         let b = Breaker::new("n");
         let t0 = Instant::now();
         for _ in 0..OPEN_AFTER - 1 {
-            b.record(Pass::Closed, false, t0);
+            b.record(Pass::Closed, false, 1, t0);
         }
-        b.record(Pass::Closed, true, t0);
+        b.record(Pass::Closed, true, 1, t0);
         for _ in 0..OPEN_AFTER - 1 {
-            b.record(Pass::Closed, false, t0);
+            b.record(Pass::Closed, false, 1, t0);
         }
         assert!(!b.is_open());
     }

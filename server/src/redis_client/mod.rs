@@ -47,6 +47,41 @@ impl Error {
     }
 }
 
+impl Error {
+    /// The same failure, once more: each check of a batch gets its call's failure.
+    pub fn duplicate(&self) -> Self {
+        match self {
+            Error::Redis { source, transient } => Error::Redis {
+                source: redis::RedisError::from((
+                    source.kind(),
+                    "the batch of checks failed",
+                    source.to_string(),
+                )),
+                transient: *transient,
+            },
+            Error::Timeout(deadline) => Error::Timeout(*deadline),
+            Error::BreakerOpen(node) => Error::BreakerOpen(node.clone()),
+        }
+    }
+
+    /// A call cut short because the server is stopping (transient, as a dropped connection).
+    pub fn stopping() -> Self {
+        redis::RedisError::from((redis::ErrorKind::IoError, "the server is stopping")).into()
+    }
+
+    /// An error a script raised for one check of a batch (a key of another type, say).
+    pub fn script(message: String) -> Self {
+        Error::Redis {
+            source: redis::RedisError::from((
+                redis::ErrorKind::ResponseError,
+                "the check script failed",
+                message,
+            )),
+            transient: false,
+        }
+    }
+}
+
 impl From<redis::RedisError> for Error {
     fn from(source: redis::RedisError) -> Self {
         let transient = source.is_io_error()
@@ -350,6 +385,11 @@ impl RedisClient {
         self.nodes.breaker(&node)
     }
 
+    /// Runs `task` on the client's own runtime (the check path's).
+    pub fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        self.home.spawn(task);
+    }
+
     /// Whether this is a Redis Cluster (commands are routed by slot).
     pub fn is_cluster(&self) -> bool {
         matches!(self.conns.first(), Some(Conn::Cluster(_)))
@@ -371,14 +411,18 @@ impl RedisClient {
         route_key: Option<&str>,
     ) -> Result<T, Error> {
         let deadline = tokio::time::Instant::now() + self.timeout;
-        self.guarded(route_key, || self.send(cmd, deadline)).await
+        self.guarded(route_key, 1, || self.send(cmd, deadline))
+            .await
     }
 
     /// Runs `call` through the breaker of `route_key`'s node: refused at once while it is
-    /// open (but for its probe), and its outcome recorded.
+    /// open (but for its probe), and its outcome recorded. `calls`: how many calls it stands
+    /// for (the checks of a batch), for the breaker's count of failures and the count of
+    /// refused calls.
     async fn guarded<T, F>(
         &self,
         route_key: Option<&str>,
+        calls: u32,
         call: impl FnOnce() -> F,
     ) -> Result<T, Error>
     where
@@ -387,7 +431,9 @@ impl RedisClient {
         let breaker = self.breaker_for(route_key);
         let pass = breaker.pass(Instant::now());
         if pass == Pass::Refused {
-            self.nodes.refused.fetch_add(1, Ordering::Relaxed);
+            self.nodes
+                .refused
+                .fetch_add(u64::from(calls), Ordering::Relaxed);
             return Err(Error::BreakerOpen(breaker.node().to_owned()));
         }
         let result = call().await;
@@ -395,7 +441,7 @@ impl RedisClient {
             Ok(_) => true,
             Err(e) => !e.is_transient(),
         };
-        breaker.record(pass, reached, Instant::now());
+        breaker.record(pass, reached, calls, Instant::now());
         if pass == Pass::Probe && reached && self.conns.len() > 1 {
             // Redis is back: let every connection of the pool reconnect now, off the check
             // path, rather than one failed check each.
@@ -484,7 +530,7 @@ impl RedisClient {
     ) -> Result<T, Error> {
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len();
         let deadline = tokio::time::Instant::now() + self.timeout;
-        self.guarded(None, || self.query_on(i, Sent::Pipeline(pipe), deadline))
+        self.guarded(None, 1, || self.query_on(i, Sent::Pipeline(pipe), deadline))
             .await
     }
 
@@ -507,8 +553,21 @@ impl RedisClient {
         route_key: &str,
         args: impl Fn(&mut redis::Cmd),
     ) -> Result<T, Error> {
+        self.run_script_as(script, source, route_key, 1, args).await
+    }
+
+    /// [`RedisClient::run_script`] for one call that stands for `calls` (a batch of checks):
+    /// the breaker counts its failure, and a refusal, that many times.
+    pub async fn run_script_as<T: redis::FromRedisValue + Send + 'static>(
+        &self,
+        script: &redis::Script,
+        source: &str,
+        route_key: &str,
+        calls: u32,
+        args: impl Fn(&mut redis::Cmd),
+    ) -> Result<T, Error> {
         let deadline = tokio::time::Instant::now() + self.timeout;
-        self.guarded(Some(route_key), || async {
+        self.guarded(Some(route_key), calls, || async {
             let mut evalsha = redis::cmd("EVALSHA");
             evalsha.arg(script.get_hash());
             args(&mut evalsha);

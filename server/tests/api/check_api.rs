@@ -1492,8 +1492,11 @@ async fn a_deny_flood_reaches_redis_at_most_once_in_twenty_denials_and_each_is_c
         .await;
     assert_eq!(denied - denied_before, denials as f64);
     let cached = flooded.metric("sluice_cached_denials_total").await;
+    // Checks of a tenant waiting together share a script call: what did not come from the
+    // cache reached Redis, one in twenty at most.
+    let reached = denials as f64 - cached;
     assert!(
-        cached >= (denials - calls) as f64,
+        (0.0..=denials as f64 / 20.0).contains(&reached),
         "{cached} answered from the cache, {calls} script calls"
     );
 

@@ -1776,6 +1776,77 @@ async fn checks_survive_script_flush_on_every_cluster_node() {
     }
 }
 
+/// `INFO commandstats`' count of `EVALSHA` calls on `server`.
+fn evalsha_calls(server: &RedisServer) -> u64 {
+    let stats = server.cli(&["INFO", "commandstats"]);
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+#[tokio::test]
+async fn concurrent_checks_of_a_tenant_share_calls_stay_exact_and_fail_alone() {
+    let server = RedisServer::start();
+    let limiter = Limiter::connect(&LimiterTarget::Redis(server.url()), options(1))
+        .await
+        .unwrap();
+    let t = tenant();
+    // A day's window: no edge can fall between the checks.
+    let spec = LimitSpec::new(Algorithm::TokenBucket, 50, 86_400_000);
+    let subjects: Vec<CheckRequest> = (0..400)
+        .map(|i| {
+            let mut r = rule(&t, "r", spec, 1);
+            // Half the checks on one shared bucket, half on a bucket each.
+            if i % 2 == 1 {
+                r.key = keys::bucket(&t, "r", Some(&format!("s{i}")));
+            }
+            request(&t, vec![r], None)
+        })
+        .collect();
+    // A bucket of another type: its check fails, the ones batched with it do not.
+    let broken = request(&t, vec![rule(&t, "broken", spec, 1)], None);
+    server.cli(&["SET", &broken.rules[0].key, "not a bucket"]);
+    let before = evalsha_calls(&server);
+    let limiter = Arc::new(limiter);
+    let mut tasks = tokio::task::JoinSet::new();
+    for (i, req) in subjects.into_iter().enumerate() {
+        let one = limiter.clone();
+        tasks.spawn(async move { (i, one.check(&req).await) });
+        if i == 200 {
+            let (limiter, broken) = (limiter.clone(), broken.clone());
+            tasks.spawn(async move { (usize::MAX, limiter.check(&broken).await) });
+        }
+    }
+    let (mut shared, mut own, mut failed) = (0, 0, 0);
+    while let Some(joined) = tasks.join_next().await {
+        match joined.unwrap() {
+            (usize::MAX, out) => {
+                assert!(out.is_err(), "the broken bucket's check fails: {out:?}");
+                failed += 1;
+            }
+            (i, out) => {
+                let out = out.unwrap();
+                if i % 2 == 0 && out.allowed {
+                    shared += 1;
+                } else if out.allowed {
+                    own += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(shared, 50, "exactly the limit on the shared bucket");
+    assert_eq!(own, 200, "every bucket of its own admits its check");
+    assert_eq!(failed, 1);
+    let calls = evalsha_calls(&server) - before;
+    assert!(
+        calls < 401,
+        "401 checks in {calls} calls: concurrent checks of a tenant are batched"
+    );
+    assert!(calls >= 401 / 64, "at most 64 checks a call: {calls}");
+}
+
 #[tokio::test]
 async fn a_steady_state_check_is_exactly_one_evalsha() {
     let server = RedisServer::start();
