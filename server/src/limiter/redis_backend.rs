@@ -327,9 +327,7 @@ impl ActiveMarks {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, (i64, HashSet<u64>)> {
-        self.minute
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.minute)
     }
 
     /// For each bucket of `ids`, `'1'` when it is not yet marked this `minute`.

@@ -1776,16 +1776,6 @@ async fn checks_survive_script_flush_on_every_cluster_node() {
     }
 }
 
-/// `INFO commandstats`' count of `EVALSHA` calls on `server`.
-fn evalsha_calls(server: &RedisServer) -> u64 {
-    let stats = server.cli(&["INFO", "commandstats"]);
-    stats
-        .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().unwrap())
-}
-
 #[tokio::test]
 async fn concurrent_checks_of_a_tenant_share_calls_stay_exact_and_fail_alone() {
     let server = RedisServer::start();
@@ -1808,7 +1798,7 @@ async fn concurrent_checks_of_a_tenant_share_calls_stay_exact_and_fail_alone() {
     // A bucket of another type: its check fails, the ones batched with it do not.
     let broken = request(&t, vec![rule(&t, "broken", spec, 1)], None);
     server.cli(&["SET", &broken.rules[0].key, "not a bucket"]);
-    let before = evalsha_calls(&server);
+    let before = server.command_stats("evalsha").0;
     let limiter = Arc::new(limiter);
     let mut tasks = tokio::task::JoinSet::new();
     for (i, req) in subjects.into_iter().enumerate() {
@@ -1839,7 +1829,7 @@ async fn concurrent_checks_of_a_tenant_share_calls_stay_exact_and_fail_alone() {
     assert_eq!(shared, 50, "exactly the limit on the shared bucket");
     assert_eq!(own, 200, "every bucket of its own admits its check");
     assert_eq!(failed, 1);
-    let calls = evalsha_calls(&server) - before;
+    let calls = server.command_stats("evalsha").0 - before;
     assert!(
         calls < 401,
         "401 checks in {calls} calls: concurrent checks of a tenant are batched"
