@@ -77,6 +77,8 @@ ARGV[5+2m..] each check's arguments as above, one check after the other; a check
              is off (ARGV[2] 0) unless it carries the caller's request_id or is a dry run
 Reply: the checks' replies in order; a check that raised an error (a key of another type)
        replies { 3, the error }; the others are decided as usual.
+The buckets the batch's checks add to an active-key HyperLogLog are gathered and added once
+per HyperLogLog at the batch's end (one PFADD, not one a check).
 
 The quota: a call that would create a bucket or keep a caller's request_id checks the index
 first. It drops (or, when the key lives on, re-scores) up to PRUNE entries whose time has
@@ -120,6 +122,21 @@ local now, lease_id, absent
 
 local function fmt(x)
   return string.format('%.17g', x)
+end
+
+-- The active-key marks a batch gathers, to add once per HyperLogLog when it ends: a table
+-- { order = {active keys in first-seen order}, [active key] = {bucket keys} }, nil outside a batch.
+local gathered = nil
+
+-- Adds bucket keys to a minute's active-key HyperLogLog (about 12 KB at most, standard error
+-- 0.81%). It gets its expiry when this call created it; a minute's key is written only in
+-- that minute, so the expiry is never pushed back.
+local function mark_active(active_key, members)
+  local fresh = redis.call('EXISTS', active_key) == 0
+  redis.call('PFADD', active_key, unpack(members))
+  if fresh then
+    redis.call('PEXPIRE', active_key, ACTIVE_TTL_MS)
+  end
 end
 
 local function whole_ms(x)
@@ -609,24 +626,25 @@ local function check_one(KEYS, ARGV, clock)
     end
   end
 
-  -- Active keys: a HyperLogLog per tenant and minute (about 12 KB at most, standard error
-  -- 0.81%). It gets its expiry when this call created it; a minute's key is written only in
-  -- that minute, so the expiry is never pushed back.
+  -- Active keys: the buckets this instance has not marked this minute go into the tenant's
+  -- HyperLogLog of the minute, at once, or (in a batch) with the batch's others at its end.
   if not dry_run then
     local marks = ARGV[6 + 7 * n] or ''
-    local unmarked = {}
+    local active_key = KEYS[n + 2]
+    local unmarked = gathered and gathered[active_key] or {}
+    local before = #unmarked
     for i = 1, n do
       if string.sub(marks, i, i) ~= '0' then
         unmarked[#unmarked + 1] = KEYS[i]
       end
     end
-    if #unmarked > 0 then
-      local active_key = KEYS[n + 2]
-      local fresh = redis.call('EXISTS', active_key) == 0
-      redis.call('PFADD', active_key, unpack(unmarked))
-      if fresh then
-        redis.call('PEXPIRE', active_key, ACTIVE_TTL_MS)
+    if not gathered then
+      if #unmarked > 0 then
+        mark_active(active_key, unmarked)
       end
+    elseif before == 0 and #unmarked > 0 then
+      gathered[active_key] = unmarked
+      gathered.order[#gathered.order + 1] = active_key
     end
   end
   return reply
@@ -662,6 +680,7 @@ end
 
 local m = tonumber(ARGV[4])
 local replies = {}
+gathered = { order = {} }
 local key_at, arg_at = 1, 4 + 2 * m
 for j = 1, m do
   local key_count, arg_count = tonumber(ARGV[3 + 2 * j]), tonumber(ARGV[4 + 2 * j])
@@ -684,6 +703,10 @@ for j = 1, m do
   replies[j] = reply
 end
 
+-- One PFADD per HyperLogLog for the whole batch, not one per check.
+for _, active_key in ipairs(gathered.order) do
+  mark_active(active_key, gathered[active_key])
+end
 redis.call('HSET', record, field, cjson.encode(replies))
 if redis.call('PTTL', record) < record_ttl then
   redis.call('PEXPIRE', record, record_ttl)

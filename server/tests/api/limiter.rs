@@ -1799,6 +1799,7 @@ async fn concurrent_checks_of_a_tenant_share_calls_stay_exact_and_fail_alone() {
     let broken = request(&t, vec![rule(&t, "broken", spec, 1)], None);
     server.cli(&["SET", &broken.rules[0].key, "not a bucket"]);
     let before = server.command_stats("evalsha").0;
+    let pfadds_before = server.command_stats("pfadd").0;
     let limiter = Arc::new(limiter);
     let mut tasks = tokio::task::JoinSet::new();
     for (i, req) in subjects.into_iter().enumerate() {
@@ -1835,6 +1836,19 @@ async fn concurrent_checks_of_a_tenant_share_calls_stay_exact_and_fail_alone() {
         "401 checks in {calls} calls: concurrent checks of a tenant are batched"
     );
     assert!(calls >= 401 / 64, "at most 64 checks a call: {calls}");
+    // A batch adds its checks' buckets to the active-key HyperLogLog in one PFADD, not one a
+    // check, and none is lost: 201 buckets (the shared one and 200 of their own; the broken
+    // check marks nothing), within the HyperLogLog's error.
+    let pfadds = server.command_stats("pfadd").0 - pfadds_before;
+    assert!(
+        pfadds <= calls,
+        "{pfadds} PFADDs for {calls} calls: one a batch at most"
+    );
+    let minutes = server.cli(&["KEYS", &format!("slk:{{{t}}}:*")]);
+    let mut count = vec!["PFCOUNT"];
+    count.extend(minutes.lines().map(str::trim));
+    let active: f64 = server.cli(&count).trim().parse().unwrap();
+    assert!((197.0..=205.0).contains(&active), "{active} active keys");
 }
 
 #[tokio::test]

@@ -310,6 +310,60 @@ async fn a_check_resent_after_its_reply_was_lost_is_counted_once() {
     }
 }
 
+/// Concurrent checks of one tenant travel in batches (`lua/check.lua`, one call for many
+/// checks): when the connection that carried a batch is lost before its reply, every check of
+/// it is resent once and counted once, and so is every other call the lost connection had
+/// under way.
+#[tokio::test]
+async fn a_batch_whose_reply_was_lost_is_resent_and_each_check_counted_once() {
+    use std::sync::atomic::Ordering;
+
+    use futures::future::join_all;
+    use sluice::config::LimiterTarget;
+    use sluice::limiter::{Limiter, RedisOptions};
+
+    const CHECKS: usize = 60;
+    let redis = RedisServer::start();
+    let proxy = LossyProxy::start(redis.port).await;
+    let options = RedisOptions {
+        timeout: Duration::from_secs(2),
+        connections: 1,
+    };
+    let target = LimiterTarget::Redis(format!("redis://127.0.0.1:{}", proxy.port));
+    let limiter = Limiter::connect(&target, options).await.unwrap();
+    let tenant = uuid::Uuid::new_v4().to_string();
+    // A fixed clock: every check falls in the same window whenever the test runs.
+    let mut request = one_unit_check(&tenant, Some(1_700_000_000_000));
+    request.rules[0].spec =
+        app::rules::LimitSpec::new(app::rules::Algorithm::FixedWindow, 1_000, 60_000);
+    let key = request.rules[0].key.clone();
+    assert!(limiter.check(&request).await.unwrap().allowed);
+    redis.cli(&["CONFIG", "RESETSTAT"]);
+
+    proxy.armed.store(true, Ordering::SeqCst);
+    let outcomes = join_all((0..CHECKS).map(|_| limiter.check(&request))).await;
+    assert_eq!(proxy.lost.load(Ordering::SeqCst), 1, "a reply was lost");
+    let outcomes: Vec<_> = outcomes
+        .into_iter()
+        .map(|o| o.expect("every check decided after the resend"))
+        .collect();
+    assert!(outcomes.iter().all(|o| o.allowed));
+    let (calls, _) = redis.command_stats("evalsha");
+    assert!(
+        calls < CHECKS as u64,
+        "the checks travelled in batches: {calls} calls for {CHECKS} checks"
+    );
+    assert!(
+        outcomes.iter().any(|o| o.deduplicated),
+        "the lost batch was resent and found its record"
+    );
+    // One unit before, one a concurrent check: the lost batch ran once, not twice.
+    assert_eq!(
+        redis.cli(&["HGET", &key, "v"]).trim(),
+        (1 + CHECKS).to_string()
+    );
+}
+
 #[tokio::test]
 async fn an_instance_with_a_shorter_deadline_never_cuts_another_instances_call_records_short() {
     use sluice::config::LimiterTarget;
