@@ -248,10 +248,9 @@ fn one_unit_check(tenant: &str, now_ms: Option<i64>) -> sluice::limiter::CheckRe
     }
 }
 
-#[tokio::test]
-async fn a_check_resent_after_its_reply_was_lost_is_counted_once() {
-    use std::sync::atomic::Ordering;
-
+/// A private Redis, the lossy proxy in front of it, and a limiter with one connection through
+/// the proxy (2 s deadline).
+async fn limiter_behind_lossy_proxy() -> (RedisServer, LossyProxy, sluice::limiter::Limiter) {
     use sluice::config::LimiterTarget;
     use sluice::limiter::{Limiter, RedisOptions};
 
@@ -263,6 +262,14 @@ async fn a_check_resent_after_its_reply_was_lost_is_counted_once() {
     };
     let target = LimiterTarget::Redis(format!("redis://127.0.0.1:{}", proxy.port));
     let limiter = Limiter::connect(&target, options).await.unwrap();
+    (redis, proxy, limiter)
+}
+
+#[tokio::test]
+async fn a_check_resent_after_its_reply_was_lost_is_counted_once() {
+    use std::sync::atomic::Ordering;
+
+    let (redis, proxy, limiter) = limiter_behind_lossy_proxy().await;
     let tenant = uuid::Uuid::new_v4().to_string();
     let request = one_unit_check(&tenant, None);
     let key = request.rules[0].key.clone();
@@ -319,18 +326,9 @@ async fn a_batch_whose_reply_was_lost_is_resent_and_each_check_counted_once() {
     use std::sync::atomic::Ordering;
 
     use futures::future::join_all;
-    use sluice::config::LimiterTarget;
-    use sluice::limiter::{Limiter, RedisOptions};
 
     const CHECKS: usize = 60;
-    let redis = RedisServer::start();
-    let proxy = LossyProxy::start(redis.port).await;
-    let options = RedisOptions {
-        timeout: Duration::from_secs(2),
-        connections: 1,
-    };
-    let target = LimiterTarget::Redis(format!("redis://127.0.0.1:{}", proxy.port));
-    let limiter = Limiter::connect(&target, options).await.unwrap();
+    let (redis, proxy, limiter) = limiter_behind_lossy_proxy().await;
     let tenant = uuid::Uuid::new_v4().to_string();
     // A fixed clock: every check falls in the same window whenever the test runs.
     let mut request = one_unit_check(&tenant, Some(1_700_000_000_000));
