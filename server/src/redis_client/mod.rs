@@ -251,10 +251,16 @@ impl RedisClient {
     /// Connects to one Redis server.
     pub async fn single(url: &str, options: RedisOptions) -> Result<Self, Error> {
         let client = redis::Client::open(url)?;
+        // No retry inside the connection manager: a retry waits out its backoff first (1 to
+        // 2 s for the first), and every command sent on the connection meanwhile waits with
+        // it, past its deadline, and fails. With none, a failed reconnect ends at once, the
+        // next command on the connection starts another, and `send` tries it again: once Redis
+        // is back, each connection reconnects on its next command. While Redis is down, the
+        // breaker paces the attempts (`once_a_restarted_redis_decides_again_no_check_gets_its_failure_mode`).
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(options.timeout)
             .set_response_timeout(options.timeout)
-            .set_number_of_retries(1);
+            .set_number_of_retries(0);
         let mut conns = Vec::with_capacity(options.connections.max(1));
         for _ in 0..options.connections.max(1) {
             let manager = within(

@@ -161,6 +161,165 @@ async fn a_killed_redis_opens_the_breaker_and_its_return_closes_it() {
     );
 }
 
+/// One check of the load in `once_a_restarted_redis_decides_again_no_check_gets_its_failure_mode`.
+struct Answer {
+    sent: Instant,
+    answered: Instant,
+    /// Redis decided it (rather than an error that a rule's failure mode would answer).
+    decided: bool,
+}
+
+/// After Redis was killed and started again, the pool's connections reconnect at once: no
+/// check sent after Redis decided again is refused by a breaker that opened once more, nor
+/// waits out its deadline on a connection that is still waiting to reconnect. The client
+/// library's reconnect backoff (1 to 2 s with one retry) once did both: a batch sent on such a
+/// connection timed out, counted as its checks and reopened the breaker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn once_a_restarted_redis_decides_again_no_check_gets_its_failure_mode() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    use app::rules::{Algorithm, LimitSpec};
+    use sluice::config::LimiterTarget;
+    use sluice::limiter::{Limiter, RedisOptions};
+
+    /// Concurrent clients over 8 tenants: every connection of the pool carries batches of
+    /// more checks than the breaker's threshold.
+    const CLIENTS: usize = 64;
+    const TENANTS: usize = 8;
+    /// How long Redis stays down once the breaker opened: long enough for the breaker's
+    /// probes (one each 500 ms) to fail on several connections.
+    const DOWN: Duration = Duration::from_millis(1_500);
+    /// How long the load goes on after Redis decided again: longer than the backoff.
+    const AFTER: Duration = Duration::from_millis(2_500);
+
+    let mut redis = RedisServer::start();
+    let options = RedisOptions {
+        timeout: Duration::from_millis(250),
+        connections: 4,
+    };
+    let limiter = Limiter::connect(&LimiterTarget::Redis(redis.url()), options)
+        .await
+        .unwrap();
+    let client = limiter.redis().expect("a Redis limiter").clone();
+    let answers = Arc::new(Mutex::new(Vec::<Answer>::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let tenants: Vec<String> = (0..TENANTS)
+        .map(|_| uuid::Uuid::new_v4().to_string())
+        .collect();
+    let load: Vec<_> = (0..CLIENTS)
+        .map(|i| {
+            let (limiter, answers, stop) = (limiter.clone(), answers.clone(), stop.clone());
+            let mut request = one_unit_check(&tenants[i % TENANTS], None);
+            // Never denies, and has no window to roll over mid-test.
+            request.rules[0].spec = LimitSpec::new(Algorithm::TokenBucket, 1_000_000_000, 60_000);
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    let sent = Instant::now();
+                    let decided = match limiter.check(&request).await {
+                        Ok(outcome) => {
+                            assert!(outcome.allowed);
+                            true
+                        }
+                        Err(e) => {
+                            assert!(e.is_transient(), "only Redis failing: {e}");
+                            false
+                        }
+                    };
+                    let answered = Instant::now();
+                    answers.lock().unwrap().push(Answer {
+                        sent,
+                        answered,
+                        decided,
+                    });
+                    if !decided {
+                        // A caller answered by its failure mode comes back a little later
+                        // rather than spinning on a refusal.
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                }
+            })
+        })
+        .collect();
+    let decided_since = |since: Instant| {
+        answers
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|a| a.decided && a.sent >= since)
+            .map(|a| a.answered)
+            .min()
+    };
+    let poll = |what: &str, started: Instant| {
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "{what} within 15 s"
+        );
+    };
+
+    let started = Instant::now();
+    while answers.lock().unwrap().iter().filter(|a| a.decided).count() < 1_000 {
+        poll("a thousand checks decided", started);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    redis.stop();
+    let started = Instant::now();
+    while client.open_breakers().is_empty() {
+        poll("the breaker opens", started);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(DOWN).await;
+    let restarting = Instant::now();
+    let redis = tokio::task::spawn_blocking(move || {
+        redis.restart();
+        redis
+    })
+    .await
+    .unwrap();
+    let back = loop {
+        if let Some(back) = decided_since(restarting) {
+            break back;
+        }
+        poll("Redis decides again", restarting);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let refused_when_back = client.refused();
+    tokio::time::sleep(AFTER).await;
+    stop.store(true, Ordering::Relaxed);
+    for task in load {
+        task.await.unwrap();
+    }
+
+    let answers = answers.lock().unwrap();
+    let after: Vec<&Answer> = answers.iter().filter(|a| a.sent > back).collect();
+    let failed = after.iter().filter(|a| !a.decided).count();
+    let slowest = after
+        .iter()
+        .map(|a| a.answered - a.sent)
+        .max()
+        .unwrap_or_default();
+    eprintln!(
+        "Redis decided again {} ms after its restart began; then {} checks, {failed} failed, \
+         the slowest {} ms; {} refused by the breaker",
+        (back - restarting).as_millis(),
+        after.len(),
+        slowest.as_millis(),
+        client.refused() - refused_when_back,
+    );
+    assert!(after.len() >= 1_000, "the load went on: {}", after.len());
+    assert_eq!(
+        failed,
+        0,
+        "of {} checks sent after Redis decided again, {failed} got their failure mode",
+        after.len()
+    );
+    assert!(
+        client.open_breakers().is_empty(),
+        "the breaker is closed at the end"
+    );
+    drop(redis);
+}
+
 /// A TCP proxy in front of Redis that can lose one reply: once armed, the connection that
 /// sends the next `EVALSHA` has it delivered to Redis, and is closed before the reply comes
 /// back, as a network failure would.
