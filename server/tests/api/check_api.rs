@@ -10,6 +10,7 @@ use sluice::config::Config;
 
 use crate::helpers::{
     distributed, new_key, rule, setup_tenant, spawn_app, spawn_embedded, time_until, TestApp,
+    DAY_MS,
 };
 use crate::services::{shared_postgres, PostgresServer, RedisServer};
 
@@ -409,7 +410,7 @@ async fn a_route_is_matched_in_its_normal_form_on_checks_and_in_simulate() {
                 Some("  post   /payments?from=docs "),
                 "fixed_window",
                 3,
-                60_000,
+                DAY_MS,
             )),
         )
         .await;
@@ -535,7 +536,7 @@ async fn subject_rules_need_a_subject_and_count_each_subject_apart() {
 async fn shadow_rules_count_would_deny_and_never_block() {
     let app = spawn_embedded().await;
     let op = app.operator_key().await;
-    let mut shadow = rule("new-limit", "all", None, "fixed_window", 1, 60_000);
+    let mut shadow = rule("new-limit", "all", None, "fixed_window", 1, DAY_MS);
     shadow["shadow"] = json!(true);
     let t = setup_tenant(&app, &op, &[shadow]).await;
     for _ in 0..3 {
@@ -611,7 +612,7 @@ async fn redis_down_fails_closed_with_503_or_open_with_a_count() {
 async fn a_request_id_replays_only_the_same_request() {
     let app = spawn_embedded().await;
     let op = app.operator_key().await;
-    let mut per_user = rule("per-user", "all", None, "fixed_window", 5, 60_000);
+    let mut per_user = rule("per-user", "all", None, "fixed_window", 5, DAY_MS);
     per_user["scope"] = json!("subject");
     let t = setup_tenant(&app, &op, &[per_user, limited()]).await;
     let first = json!({ "route": "GET /free", "subject": "a", "request_id": "r-1" });
@@ -1437,7 +1438,7 @@ async fn a_deny_flood_reaches_redis_at_most_once_in_twenty_denials_and_each_is_c
             Some("GET /one"),
             "fixed_window",
             1,
-            3_600_000,
+            DAY_MS,
         )],
     )
     .await;
@@ -1525,7 +1526,7 @@ async fn a_deny_flood_reaches_redis_at_most_once_in_twenty_denials_and_each_is_c
                 Some("GET /one"),
                 "fixed_window",
                 5,
-                3_600_000,
+                DAY_MS,
             )),
         )
         .await;

@@ -431,14 +431,15 @@ async fn the_live_stream_pushes_a_frame_every_second_to_those_allowed() {
     let password = "correct horse battery staple";
     let (app, _dir) = embedded_with_operator(password).await;
     let op = app.operator_key().await;
-    // An hour's window: the bucket stays live (embedded active keys count live buckets).
+    // A day's window: the bucket stays live (embedded active keys count live buckets), and
+    // no window ends mid-test.
     let minute = rule(
         "limited",
         "exact",
         Some("GET /limited"),
         "fixed_window",
         5,
-        3_600_000,
+        crate::helpers::DAY_MS,
     );
     let t = setup_tenant(&app, &op, &[minute]).await;
     for _ in 0..8 {

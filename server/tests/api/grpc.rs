@@ -8,7 +8,8 @@ use serde_json::{json, Value};
 use sluice::config::Config;
 
 use crate::helpers::{
-    rule, setup_tenant, sluice, sluice_fails, spawn_app, time_until, TenantSetup, TestApp,
+    clear_of_a_window_edge, rule, setup_tenant, sluice, sluice_fails, spawn_app, time_until,
+    TenantSetup, TestApp, DAY_MS,
 };
 use crate::services::{shared_postgres, RedisServer};
 
@@ -62,7 +63,7 @@ fn call(domain: &str, key: &str, descriptors: Value) -> Value {
     json!({ "domain": domain, "metadata": { "x-api-key": key }, "descriptors": descriptors })
 }
 
-/// A descriptor rule: `entries` as (key, value or null).
+/// A descriptor rule: `entries` as (key, value or null), `limit` a day in a fixed window.
 fn descriptor_rule(name: &str, entries: &[(&str, Option<&str>)], limit: u64) -> Value {
     let descriptor: Vec<Value> = entries
         .iter()
@@ -75,7 +76,7 @@ fn descriptor_rule(name: &str, entries: &[(&str, Option<&str>)], limit: u64) -> 
     json!({
         "name": name, "match": "descriptor", "descriptor": descriptor,
         "scope": if per_subject { "subject" } else { "tenant" },
-        "algorithm": "fixed_window", "limit": limit, "period_ms": 60_000,
+        "algorithm": "fixed_window", "limit": limit, "period_ms": DAY_MS,
     })
 }
 
@@ -233,7 +234,7 @@ async fn descriptor_rules_match_by_keys_and_values_and_keyless_values_are_the_su
     let limit = |i: usize| answers[i]["statuses"][0]["limit"].clone();
     assert_eq!(limit(0)["name"], "per-client");
     assert_eq!(limit(0)["requests_per_unit"], 2);
-    assert_eq!(limit(0)["unit"], "MINUTE");
+    assert_eq!(limit(0)["unit"], "DAY");
     assert_eq!(answers[0]["statuses"][0]["remaining"], 1);
     assert_eq!(limit(4)["name"], "login");
     assert_eq!(limit(6)["name"], "per-path");
@@ -364,7 +365,7 @@ async fn hits_addend_is_the_cost_and_a_request_is_all_or_nothing_with_a_status_p
         headers["ratelimit-policy"]
             .as_str()
             .unwrap()
-            .starts_with("\"small\";q=3;w=60"),
+            .starts_with("\"small\";q=3;w=86400"),
         "{both:#}"
     );
     assert!(
@@ -470,10 +471,10 @@ async fn five_hundred_concurrent_calls_over_three_instances_admit_exactly_the_li
         instances.push(spawn_app(config).await);
     }
     let op = instances[0].operator_key().await;
-    // A day's window: 500 concurrent calls take a second or two on a loaded machine, and a
-    // minute's window could roll over between them and admit more than the limit.
-    let mut shared = descriptor_rule("shared", &[("api", Some("search"))], 100);
-    shared["period_ms"] = json!(86_400_000);
+    // A day's window (as every descriptor rule here): 500 concurrent calls take a second or
+    // two on a loaded machine, and a minute's window could roll over between them and admit
+    // more than the limit.
+    let shared = descriptor_rule("shared", &[("api", Some("search"))], 100);
     let t = setup_tenant(&instances[0], &op, &[shared]).await;
     let name = tenant_name(&instances[0], &op, &t).await;
     let c = call(
@@ -600,6 +601,8 @@ async fn an_envoy_ratelimit_file_imported_by_the_cli_decides_as_the_file_says() 
     }
 
     let c = |entries: Value| call(&name, &t.check_key, json!([{ "entries": entries }]));
+    // The file's limits are per minute: every call in one minute.
+    clear_of_a_window_edge(60_000).await;
     let answers = calls(
         &app,
         vec![
@@ -804,6 +807,8 @@ async fn a_limit_override_is_taken_only_where_the_rule_allows_it_and_counts_in_i
         call(&name, &t.check_key, json!([d]))
     };
     let per_minute = |n: u64| json!({ "requests_per_unit": n, "unit": "MINUTE" });
+    // Every call of a limit per minute in one minute.
+    clear_of_a_window_edge(60_000).await;
     let answers = calls(
         &app,
         vec![

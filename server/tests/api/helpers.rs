@@ -233,6 +233,29 @@ pub async fn time_until(
     panic!("not seen within {:?}", limit * 3);
 }
 
+/// A day in ms: the period of test rules that count in a fixed window, so that no window
+/// rolls over while a test runs (one that ends mid-test admits a second window's requests).
+pub const DAY_MS: u64 = 86_400_000;
+
+/// Waits, when fewer than 15 s are left in the current fixed window of `period_ms` (windows
+/// are aligned on multiples of the period since the Unix epoch, in the server's clock, which
+/// is this machine's), until the next one begins: for tests whose requests carry their own
+/// window (a per-minute limit in a gRPC override or an Envoy file) and must all fall in one.
+pub async fn clear_of_a_window_edge(period_ms: u64) {
+    let margin = 15_000_u64.min(period_ms / 2);
+    let left = |now: u64| period_ms - now % period_ms;
+    let now = sluice::store::now_ms().unsigned_abs();
+    if left(now) < margin {
+        tokio::time::sleep(std::time::Duration::from_millis(left(now) + 5)).await;
+    }
+    let now = sluice::store::now_ms().unsigned_abs();
+    assert!(
+        left(now) >= margin,
+        "{} ms left in the window after waiting",
+        left(now)
+    );
+}
+
 pub async fn spawn_app(config: Config) -> TestApp {
     spawn_app_keeping(config, None).await
 }

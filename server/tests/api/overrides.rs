@@ -9,14 +9,15 @@ use serde_json::{json, Value};
 
 use crate::helpers::{
     app_on, distributed, rule, rule_id, setup_tenant, spawn_embedded, time_until, Backend,
-    TenantSetup, TestApp,
+    TenantSetup, TestApp, DAY_MS,
 };
 use crate::services::{shared_postgres, RedisServer};
 
-/// One request per subject an hour, in a fixed window: each admitted check is one of the limit.
+/// One request per subject a day, in a fixed window: each admitted check is one of the
+/// limit, and no window ends mid-test.
 fn per_user() -> Value {
     json!({ "name": "per-user", "match": "default", "scope": "subject",
-            "algorithm": "fixed_window", "limit": 1, "period_ms": 3_600_000 })
+            "algorithm": "fixed_window", "limit": 1, "period_ms": DAY_MS })
 }
 
 /// How many checks `subject` gets admitted in a row (up to 20), and the limit the first

@@ -384,8 +384,9 @@ impl LossyProxy {
     }
 }
 
-/// A check of one unit against a fixed window of 10 a minute on `tenant`'s bucket `r`,
-/// without a `request_id` (so the server makes the call's record), at `now_ms` or Redis's time.
+/// A check of one unit against a fixed window of 10 a day on `tenant`'s bucket `r` (no window
+/// ends mid-test), without a `request_id` (so the server makes the call's record), at `now_ms`
+/// or Redis's time.
 fn one_unit_check(tenant: &str, now_ms: Option<i64>) -> sluice::limiter::CheckRequest {
     use app::rules::{Algorithm, LimitSpec};
     use sluice::limiter::{keys, CheckRequest, RuleCheck};
@@ -394,7 +395,7 @@ fn one_unit_check(tenant: &str, now_ms: Option<i64>) -> sluice::limiter::CheckRe
         tenant: tenant.to_owned(),
         rules: vec![RuleCheck {
             key: keys::bucket(tenant, "r", None),
-            spec: LimitSpec::new(Algorithm::FixedWindow, 10, 60_000),
+            spec: LimitSpec::new(Algorithm::FixedWindow, 10, crate::helpers::DAY_MS),
             cost: 1,
             shadow: false,
         }],
