@@ -194,6 +194,9 @@ async fn once_a_restarted_redis_decides_again_no_check_gets_its_failure_mode() {
     const AFTER: Duration = Duration::from_millis(2_500);
 
     let mut redis = RedisServer::start();
+    // The benchmark's deadline. Well under the backoff this test is about (1 to 2 s), so a
+    // check that waited for it fails; with a deadline of 500 ms or more, the breaker's probes
+    // no longer leave connections waiting at the restart, and the test could not fail.
     let options = RedisOptions {
         timeout: Duration::from_millis(250),
         connections: 4,
