@@ -256,7 +256,8 @@ impl RedisClient {
         // it, past its deadline, and fails. With none, a failed reconnect ends at once, the
         // next command on the connection starts another, and `send` tries it again: once Redis
         // is back, each connection reconnects on its next command. While Redis is down, the
-        // breaker paces the attempts (`once_a_restarted_redis_decides_again_no_check_gets_its_failure_mode`).
+        // breaker paces the attempts. Test (redis_failure.rs):
+        // `once_a_restarted_redis_decides_again_no_check_gets_its_failure_mode`.
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(options.timeout)
             .set_response_timeout(options.timeout)
