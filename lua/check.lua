@@ -19,7 +19,8 @@ KEYS[n+1]    the idempotency record, so that a resend after a lost reply returns
              request_id, the string `slr:{<tenant>}:<hash>`; for a call the server made
              without one, the hash `slq:{<tenant>}:<slot>` that every such call of the tenant
              in one quarter second shares, the reply in field ARGV[4+7n] (one key a slot
-             rather than one a call: Redis's expiry cycle stalled on a key a check)
+             rather than one a call: Redis's expiry cycle stalled on a key a check); a
+             record holds its reply in MessagePack (JSON, from before, is read too)
 KEYS[n+2]    the tenant's active-key HyperLogLog for this minute, `slk:{<tenant>}:<minute>`:
              every bucket checked is added to it (not in a dry run; by each instance once a
              minute, ARGV[6+7n]), so the dashboards can count active keys with PFCOUNT and
@@ -82,10 +83,14 @@ per HyperLogLog at the batch's end (one PFADD, not one a check).
 
 The quota: a call that would create a bucket or keep a caller's request_id checks the index
 first. It drops (or, when the key lives on, re-scores) up to PRUNE entries whose time has
-passed, then refuses if the live keys plus the new ones would pass the quota. Checks of
-existing buckets never touch the index. The index has no TTL of its own: a bucket written
-again outlives the time it was first scored with, so the index must outlive it too; it holds
-at most the quota's entries and Redis drops it with its last one.
+passed, then refuses if the live keys plus the new ones would pass the quota, and adds the
+new ones in one ZADD. The checks of a batch share what the first learnt: the index's size
+(kept up to date with each ZADD's count of new members) and, when its prune found fewer than
+PRUNE entries due, that nothing is due at that time, so a later check of the same time
+neither prunes nor counts again. Checks of existing buckets never touch the index. The index
+has no TTL of its own: a bucket written again outlives the time it was first scored with, so
+the index must outlive it too; it holds at most the quota's entries and Redis drops it with
+its last one.
 
 State, per algorithm (hash fields unless noted; every key gets a TTL covering a full refill):
   token_bucket  v = tokens, t = last time      gcra           v = TAT - t (backlog), t = last time
@@ -120,9 +125,34 @@ local EPSILON = 1e-9
 -- id (or nil), and the buckets it found absent (so writing them creates them), for the quota.
 local now, lease_id, absent
 
+-- A whole number below 2^53 prints the same digits with %d, which skips the slow
+-- multi-precision path %.17g takes for the 13 digits of a time in ms.
+local WHOLE = 2 ^ 53
 local function fmt(x)
+  if x == math.floor(x) and x ~= 0 and x < WHOLE and x > -WHOLE then
+    return string.format('%d', x)
+  end
   return string.format('%.17g', x)
 end
+
+-- Idempotency records hold replies in MessagePack, about four times cheaper to write than JSON
+-- (numbers are stored in binary, not printed). A record that starts with '[' is JSON, written
+-- by an earlier version of this script during a rolling upgrade.
+local function encode_record(reply)
+  return cmsgpack.pack(reply)
+end
+local function decode_record(raw)
+  if string.byte(raw, 1) == 91 then
+    return cjson.decode(raw)
+  end
+  return cmsgpack.unpack(raw)
+end
+
+-- The live-key index of each tenant as this call last saw it, so that the checks of a batch
+-- read it once: { [index key] = { at = the time it was pruned at, clean = nothing more was
+-- due then, live = its size } }. Only this script's ZADDs change it within a call, and each
+-- adds its reply (the members that were new) to `live`.
+local indexes = {}
 
 -- The active-key marks a batch gathers, to add once per HyperLogLog when it ends: a table
 -- { order = {active keys in first-seen order}, [active key] = {bucket keys} }, nil outside a batch.
@@ -155,8 +185,8 @@ local function decision(v, remaining, reset, retry)
   return { v = v, rem = remaining, reset = whole_ms(reset), retry = r }
 end
 
-local function read_hash(key, fields)
-  local values = redis.call('HMGET', key, unpack(fields))
+local function read_hash(key, ...)
+  local values = redis.call('HMGET', key, ...)
   -- Every write sets all of a state's fields, so a missing first field is a missing key.
   absent[key] = values[1] == false
   for i = 1, #values do
@@ -170,7 +200,7 @@ end
 -- a table { entry = {time, cost} }.
 
 local function token_bucket(key, L, P, B, c, now, penalty)
-  local s = read_hash(key, { 'v', 't' })
+  local s = read_hash(key, 'v', 't')
   local tokens, ts = s[1], s[2]
   if tokens == nil or ts == nil then
     tokens, ts = B, now
@@ -195,7 +225,7 @@ end
 local function gcra(key, L, P, B, c, now, penalty)
   local t = P / L
   local tau = B * t
-  local s = read_hash(key, { 'v', 't' })
+  local s = read_hash(key, 'v', 't')
   local backlog, ts = s[1], s[2]
   if backlog == nil or ts == nil then
     backlog, ts = 0, now
@@ -219,7 +249,7 @@ local function gcra(key, L, P, B, c, now, penalty)
 end
 
 local function leaky_bucket(key, L, P, B, c, now, penalty)
-  local s = read_hash(key, { 'v', 't' })
+  local s = read_hash(key, 'v', 't')
   local level, ts = s[1], s[2]
   if level == nil or ts == nil then
     level, ts = 0, now
@@ -242,7 +272,7 @@ local function leaky_bucket(key, L, P, B, c, now, penalty)
 end
 
 local function fixed_window(key, L, P, B, c, now, penalty)
-  local s = read_hash(key, { 'v', 'w', 't' })
+  local s = read_hash(key, 'v', 'w', 't')
   local count, window, ts = s[1], s[2], s[3]
   if count == nil or window == nil or ts == nil then
     count, window, ts = 0, math.floor(now / P), now
@@ -269,7 +299,7 @@ local function fixed_window(key, L, P, B, c, now, penalty)
 end
 
 local function sliding_window(key, L, P, B, c, now, penalty)
-  local s = read_hash(key, { 'p', 'v', 'w', 't' })
+  local s = read_hash(key, 'p', 'v', 'w', 't')
   local prev, cur, window, ts = s[1], s[2], s[3], s[4]
   if prev == nil or cur == nil or window == nil or ts == nil then
     prev, cur, window, ts = 0, 0, math.floor(now / P), now
@@ -449,7 +479,7 @@ local function check_one(KEYS, ARGV, clock)
       seen = redis.call('GET', dedup_key)
     end
     if seen then
-      local reply = cjson.decode(seen)
+      local reply = decode_record(seen)
       reply[1] = 1
       return reply
     end
@@ -524,16 +554,31 @@ local function check_one(KEYS, ARGV, clock)
       end
     end
     if #fresh > 0 then
-      local due = redis.call('ZRANGEBYSCORE', index, '-inf', now, 'LIMIT', 0, PRUNE)
-      for _, member in ipairs(due) do
-        local left = redis.call('PTTL', member)
-        if left > 0 then
-          redis.call('ZADD', index, now + left, member)
-        else
-          redis.call('ZREM', index, member)
+      -- Pruned once per clock: after a prune that found fewer than PRUNE entries due, none
+      -- is due at this time (every entry scored since lies in the future).
+      local seen_index = indexes[index]
+      if not (seen_index and seen_index.clean and seen_index.at == now) then
+        local due = redis.call('ZRANGEBYSCORE', index, '-inf', now, 'LIMIT', 0, PRUNE)
+        local ended, alive = {}, {}
+        for _, member in ipairs(due) do
+          local left = redis.call('PTTL', member)
+          if left > 0 then
+            alive[#alive + 1] = now + left
+            alive[#alive + 1] = member
+          else
+            ended[#ended + 1] = member
+          end
         end
+        if #ended > 0 then
+          redis.call('ZREM', index, unpack(ended))
+        end
+        if #alive > 0 then
+          redis.call('ZADD', index, unpack(alive))
+        end
+        seen_index = { at = now, clean = #due < PRUNE, live = redis.call('ZCARD', index) }
+        indexes[index] = seen_index
       end
-      local live = redis.call('ZCARD', index)
+      local live = seen_index.live
       if live + #fresh > quota then
         local first = redis.call('ZRANGE', index, 0, 0, 'WITHSCORES')
         local wait = 1000
@@ -542,9 +587,12 @@ local function check_one(KEYS, ARGV, clock)
         end
         return { OVER_QUOTA, now, live, whole_ms(wait) }
       end
+      local scored = {}
       for _, key in ipairs(fresh) do
-        redis.call('ZADD', index, now + key[2], key[1])
+        scored[#scored + 1] = now + key[2]
+        scored[#scored + 1] = key[1]
       end
+      seen_index.live = live + redis.call('ZADD', index, unpack(scored))
     end
   end
 
@@ -615,14 +663,14 @@ local function check_one(KEYS, ARGV, clock)
 
   if dedup_ttl > 0 then
     if call_field then
-      redis.call('HSET', dedup_key, call_field, cjson.encode(reply))
+      redis.call('HSET', dedup_key, call_field, encode_record(reply))
       -- Pushed back, never brought forward: an instance with a shorter deadline (so a shorter
       -- TTL) must not cut another's records short. A hash without a TTL answers -1.
       if redis.call('PTTL', dedup_key) < dedup_ttl then
         redis.call('PEXPIRE', dedup_key, dedup_ttl)
       end
     else
-      redis.call('SET', dedup_key, cjson.encode(reply), 'PX', dedup_ttl)
+      redis.call('SET', dedup_key, encode_record(reply), 'PX', dedup_ttl)
     end
   end
 
@@ -669,7 +717,7 @@ end
 local record, field, record_ttl = KEYS[1], ARGV[2], tonumber(ARGV[3])
 local seen = redis.call('HGET', record, field)
 if seen then
-  local replies = cjson.decode(seen)
+  local replies = decode_record(seen)
   for _, reply in ipairs(replies) do
     if reply[1] == 0 then
       reply[1] = 1
@@ -707,7 +755,7 @@ end
 for _, active_key in ipairs(gathered.order) do
   mark_active(active_key, gathered[active_key])
 end
-redis.call('HSET', record, field, cjson.encode(replies))
+redis.call('HSET', record, field, encode_record(replies))
 if redis.call('PTTL', record) < record_ttl then
   redis.call('PEXPIRE', record, record_ttl)
 end

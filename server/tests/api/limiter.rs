@@ -1852,6 +1852,175 @@ async fn concurrent_checks_of_a_tenant_share_calls_stay_exact_and_fail_alone() {
 }
 
 #[tokio::test]
+async fn a_batch_reads_the_quota_index_once_and_prunes_it_until_nothing_is_due() {
+    // The checks of a batch share what the first learnt of the live-bucket index (its size,
+    // and whether anything is still due), so that each new bucket costs one ZADD. A prune
+    // that stopped at its 100 entries leaves some due: the next check must prune again.
+    let server = RedisServer::start();
+    let limiter = Arc::new(
+        Limiter::connect(&LimiterTarget::Redis(server.url()), options(1))
+            .await
+            .unwrap(),
+    );
+    let t = tenant();
+    // 450 buckets under a quota of 450, each living about 3 s.
+    let old: Vec<CheckRequest> = (0..450)
+        .map(|i| subject_check(&t, &format!("old{i}"), 450))
+        .collect();
+    for out in join_all(old.iter().map(|req| limiter.check(req))).await {
+        assert!(out.unwrap().allowed);
+    }
+    let index = keys::live_index(&t);
+    assert_eq!(server.cli(&["ZCARD", &index]).trim(), "450");
+    let mut exists = vec!["EXISTS"];
+    exists.extend(old.iter().map(|req| req.rules[0].key.as_str()));
+    crate::helpers::time_until(
+        async || server.cli(&exists).trim() == "0",
+        Duration::from_secs(10),
+    )
+    .await;
+    // All 450 entries are due now; 64 new subjects under a quota of 150. In turn, each check
+    // prunes at most 100: the first three still find 350, 250 and 150 live and are refused,
+    // the fourth finds 50, the fifth prunes the last 50, and every later one is admitted.
+    let before = server.command_stats("evalsha").0;
+    let new: Vec<CheckRequest> = (0..64)
+        .map(|i| subject_check(&t, &format!("new{i}"), 150))
+        .collect();
+    let mut refused_at = Vec::new();
+    let mut admitted = 0;
+    for out in join_all(new.iter().map(|req| limiter.check(req))).await {
+        match out {
+            Ok(out) => {
+                assert!(out.allowed);
+                admitted += 1;
+            }
+            Err(e) => refused_at.push(over_quota(Err(e)).0),
+        }
+    }
+    refused_at.sort_unstable();
+    assert_eq!(refused_at, vec![150, 250, 350]);
+    assert_eq!(admitted, 61);
+    assert_eq!(
+        server.cli(&["ZCARD", &index]).trim(),
+        "61",
+        "every due entry pruned, every new bucket indexed once"
+    );
+    // Batched: checks after a prune that stopped short shared a call with it.
+    let calls = server.command_stats("evalsha").0 - before;
+    assert!(calls < 64, "64 checks in {calls} calls");
+}
+
+#[tokio::test]
+async fn a_bucket_that_outlived_its_index_entry_is_rescored_and_still_counted() {
+    // The index scores a bucket by the expiry it was created with; written again, the bucket
+    // lives on past that. A prune that finds it due and alive moves it, and it still counts.
+    let server = RedisServer::start();
+    let limiter = Limiter::connect(&LimiterTarget::Redis(server.url()), options(1))
+        .await
+        .unwrap();
+    let t = tenant();
+    let kept = subject_check(&t, "kept", 2);
+    let lapsed = subject_check(&t, "lapsed", 2);
+    assert!(limiter.check(&kept).await.unwrap().allowed);
+    assert!(limiter.check(&lapsed).await.unwrap().allowed);
+    let index = keys::live_index(&t);
+    let kept_key = kept.rules[0].key.as_str();
+    let scored: f64 = server
+        .cli(&["ZSCORE", &index, kept_key])
+        .trim()
+        .parse()
+        .unwrap();
+    // Until the lapsed bucket (about 3 s) has gone, the kept one is checked every 300 ms,
+    // which pushes its expiry 3 s past each check (and spends 1.5 of its 5 tokens a second).
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while server.cli(&["EXISTS", &lapsed.rules[0].key]).trim() != "0" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the lapsed bucket never expired"
+        );
+        assert!(limiter.check(&kept).await.unwrap().allowed);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    // The kept bucket's entry is due (its first expiry passed) but the bucket lives: a new
+    // subject prunes the lapsed one, moves the kept one, and takes the second place.
+    assert!(
+        limiter
+            .check(&subject_check(&t, "new", 2))
+            .await
+            .unwrap()
+            .allowed
+    );
+    let moved = server.cli(&["ZSCORE", &index, kept_key]);
+    let moved: f64 = moved
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("the kept bucket left the index: ZSCORE {moved:?}"));
+    assert!(moved > scored, "re-scored from {scored} to {moved}");
+    let (live, quota, _) = over_quota(limiter.check(&subject_check(&t, "one more", 2)).await);
+    assert_eq!((live, quota), (2, 2), "the kept bucket still counts");
+}
+
+#[tokio::test]
+async fn a_call_record_written_as_json_by_an_earlier_script_still_answers_a_resend() {
+    // Records are MessagePack now; one written as JSON before an upgrade, minutes earlier at
+    // most, must still return its first decision rather than fail or decide again.
+    let server = RedisServer::start();
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+    let script = redis::Script::new(include_str!("../../../lua/check.lua"));
+    let record = "slq:{t}:1";
+    let first = r#"[[0,1800000000000,1,1,"4",500,0]]"#;
+    server.cli(&["HSET", record, "f1", first]);
+    // A batch of one token-bucket check (the layout is in the script's header).
+    let batch = |field: &'static str| {
+        let mut call = script.prepare_invoke();
+        call.key(record)
+            .key("sl:{t}:r")
+            .key("slq:{t}:own")
+            .key("slk:{t}:1")
+            .key("slb:{t}")
+            .arg("batch")
+            .arg(field)
+            .arg(1000)
+            .arg(1)
+            .arg(4)
+            .arg(13)
+            .arg("")
+            .arg(0)
+            .arg(1)
+            .arg(&["1", "5", "1000", "5", "1", "0", "0"])
+            .arg(0)
+            .arg(-1)
+            .arg("0");
+        call
+    };
+    type Reply = Vec<(i64, i64, i64, i64, String, i64, i64)>;
+    let resent: Reply = batch("f1").invoke_async(&mut connection).await.unwrap();
+    assert_eq!(
+        resent,
+        vec![(1, 1_800_000_000_000, 1, 1, "4".to_owned(), 500, 0)]
+    );
+    assert!(
+        server.cli(&["EXISTS", "sl:{t}:r"]).trim() == "0",
+        "nothing decided again"
+    );
+    // A new call decides and writes its record in the new form, which a resend reads back.
+    let decided: Reply = batch("f2").invoke_async(&mut connection).await.unwrap();
+    assert_eq!(
+        (decided[0].0, decided[0].2, decided[0].4.as_str()),
+        (0, 1, "4")
+    );
+    let again: Reply = batch("f2").invoke_async(&mut connection).await.unwrap();
+    let mut first_answer = decided[0].clone();
+    first_answer.0 = 1;
+    assert_eq!(again, vec![first_answer]);
+    assert_ne!(
+        server.cli(&["HGET", record, "f2"]).chars().next(),
+        Some('[')
+    );
+}
+
+#[tokio::test]
 async fn a_steady_state_check_is_exactly_one_evalsha() {
     let server = RedisServer::start();
     let limiter = Limiter::connect(&LimiterTarget::Redis(server.url()), options(1))
