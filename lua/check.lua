@@ -19,8 +19,9 @@ KEYS[n+1]    the idempotency record, so that a resend after a lost reply returns
              request_id, the string `slr:{<tenant>}:<hash>`; for a call the server made
              without one, the hash `slq:{<tenant>}:<slot>` that every such call of the tenant
              in one quarter second shares, the reply in field ARGV[4+7n] (one key a slot
-             rather than one a call: Redis's expiry cycle stalled on a key a check); a
-             record holds its reply in MessagePack (JSON, from before, is read too)
+             rather than one a call: Redis's expiry cycle stalled on a key a check); the
+             hash's fields hold replies in MessagePack, a request_id's record in JSON (any
+             instance, of any version, may read it); both forms are read
 KEYS[n+2]    the tenant's active-key HyperLogLog for this minute, `slk:{<tenant>}:<minute>`:
              every bucket checked is added to it (not in a dry run; by each instance once a
              minute, ARGV[6+7n]), so the dashboards can count active keys with PFCOUNT and
@@ -135,9 +136,11 @@ local function fmt(x)
   return string.format('%.17g', x)
 end
 
--- Idempotency records hold replies in MessagePack, about four times cheaper to write than JSON
--- (numbers are stored in binary, not printed). A record that starts with '[' is JSON, written
--- by an earlier version of this script during a rolling upgrade.
+-- A call's own records (a batch's, a check's field in its tenant's hash) hold replies in
+-- MessagePack, about four times cheaper to write than JSON (numbers are stored in binary, not
+-- printed): only the instance that made the call resends it. A request_id's record stays JSON,
+-- because any instance may be asked again with that id, one of an earlier version (which reads
+-- only JSON) during a rolling upgrade. A record that starts with '[' is JSON.
 local function encode_record(reply)
   return cmsgpack.pack(reply)
 end
@@ -670,7 +673,7 @@ local function check_one(KEYS, ARGV, clock)
         redis.call('PEXPIRE', dedup_key, dedup_ttl)
       end
     else
-      redis.call('SET', dedup_key, encode_record(reply), 'PX', dedup_ttl)
+      redis.call('SET', dedup_key, cjson.encode(reply), 'PX', dedup_ttl)
     end
   end
 

@@ -2021,6 +2021,30 @@ async fn a_call_record_written_as_json_by_an_earlier_script_still_answers_a_rese
 }
 
 #[tokio::test]
+async fn a_request_ids_record_stays_json_for_instances_of_an_earlier_version() {
+    // A retry with the same request_id may reach any instance; during a rolling upgrade, one
+    // whose script decodes records with cjson only. Its record must stay JSON, and a retry
+    // here must still get the first answer from it.
+    let server = RedisServer::start();
+    let limiter = Limiter::connect(&LimiterTarget::Redis(server.url()), options(1))
+        .await
+        .unwrap();
+    let t = tenant();
+    let spec = LimitSpec::new(Algorithm::TokenBucket, 100, 60_000);
+    let mut req = request(&t, vec![rule(&t, "idem", spec, 3)], None);
+    req.request_id = Some("order-7".into());
+    let first = limiter.check(&req).await.unwrap();
+    assert!(first.allowed && !first.deduplicated);
+    let stored = server.cli(&["GET", &req.reply_key()]);
+    let reply: serde_json::Value = serde_json::from_str(stored.trim())
+        .unwrap_or_else(|e| panic!("the record is not JSON ({e}): {stored:?}"));
+    assert_eq!(reply[2], 1, "the record holds the admission: {reply}");
+    let again = limiter.check(&req).await.unwrap();
+    assert!(again.deduplicated);
+    assert_eq!(again.decisions, first.decisions);
+}
+
+#[tokio::test]
 async fn a_steady_state_check_is_exactly_one_evalsha() {
     let server = RedisServer::start();
     let limiter = Limiter::connect(&LimiterTarget::Redis(server.url()), options(1))
