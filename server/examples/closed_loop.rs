@@ -273,6 +273,32 @@ struct Target {
     expired_per_request: Vec<f64>,
     /// The longest stall of Redis's expiry cycle during each round's run, in ms.
     expiry_stall_ms: Vec<u64>,
+    /// The process that answers it.
+    pid: u32,
+    /// The CPU time that process spent per request during each round's run, in µs: in user
+    /// space and in the kernel.
+    cpu_us: Vec<(f64, f64)>,
+}
+
+/// The CPU time process `pid` has used so far, in clock ticks: user and kernel (`utime` and
+/// `stime` of `/proc/<pid>/stat`).
+fn cpu_ticks(pid: u32) -> (u64, u64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // The command name (field 2) may hold spaces; the fields counted from 3 follow its ')'.
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..]
+        .split_whitespace()
+        .collect();
+    (fields[11].parse().unwrap(), fields[12].parse().unwrap())
+}
+
+/// Clock ticks a second (`getconf CLK_TCK`), the unit of [`cpu_ticks`].
+fn ticks_per_second() -> f64 {
+    let out = Command::new("getconf").arg("CLK_TCK").output().unwrap();
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
 }
 
 /// Keys the private Redis has expired since it started (`INFO stats`).
@@ -374,7 +400,18 @@ async fn bench(seconds: u64, rounds: usize) {
         on_redis: url == evalsha.url || url == distributed.url,
         expired_per_request: Vec::new(),
         expiry_stall_ms: Vec::new(),
+        pid: if url == bare.url {
+            bare.child.id()
+        } else if url == evalsha.url {
+            evalsha.child.id()
+        } else if url == embedded.url {
+            embedded.pid()
+        } else {
+            distributed.pid()
+        },
+        cpu_us: Vec::new(),
     };
+    let tick_us = 1e6 / ticks_per_second();
     // Redis's latency monitor records every event of 1 ms or more (the expiry cycle's among
     // them), so the report can say how long Redis stopped to expire keys.
     redis.cli(&["CONFIG", "SET", "latency-monitor-threshold", "1"]);
@@ -435,7 +472,16 @@ async fn bench(seconds: u64, rounds: usize) {
             };
             redis.cli(&["LATENCY", "RESET"]);
             let expired_before = expired_keys(&redis);
+            let cpu_before = cpu_ticks(t.pid);
             let run = wrk(&t.url, &t.script, seconds);
+            let cpu_after = cpu_ticks(t.pid);
+            let per_request = |after: u64, before: u64| {
+                (after - before) as f64 * tick_us / run.requests.max(1) as f64
+            };
+            t.cpu_us.push((
+                per_request(cpu_after.0, cpu_before.0),
+                per_request(cpu_after.1, cpu_before.1),
+            ));
             let calls = redis.command_stats("evalsha").0 - calls_before;
             if t.on_redis {
                 let expired = expired_keys(&redis).saturating_sub(expired_before);
@@ -477,8 +523,8 @@ async fn bench(seconds: u64, rounds: usize) {
     );
     let head: String = (1..=rounds).map(|r| format!(" round {r} |")).collect();
     let rule: String = (0..rounds).map(|_| "---:|").collect();
-    println!("| target |{head} median req/s | median p50 | median p99 |");
-    println!("|---|{rule}---:|---:|---:|");
+    println!("| target |{head} median req/s | median p50 | median p99 | server CPU per request, user + kernel (median) |");
+    println!("|---|{rule}---:|---:|---:|---:|");
     for t in &targets {
         let each: String = t
             .runs
@@ -486,14 +532,21 @@ async fn bench(seconds: u64, rounds: usize) {
             .map(|r| format!(" {:.0} / {:.2} ms |", r.rate(), r.p99_us / 1000.0))
             .collect();
         println!(
-            "| {} |{each} {:.0} | {:.2} ms | {:.2} ms |",
+            "| {} |{each} {:.0} | {:.2} ms | {:.2} ms | {:.1} + {:.1} µs |",
             t.name,
             median(t.runs.iter().map(Run::rate).collect()),
             median(t.runs.iter().map(|r| r.p50_us).collect()) / 1000.0,
             median(t.runs.iter().map(|r| r.p99_us).collect()) / 1000.0,
+            median(t.cpu_us.iter().map(|c| c.0).collect()),
+            median(t.cpu_us.iter().map(|c| c.1).collect()),
         );
     }
-    println!("\nEach round's cell is requests/s / p99.\n");
+    println!(
+        "\nEach round's cell is requests/s / p99. The last column is the CPU time the answering \
+         process spent per request during the runs (`utime` and `stime` of `/proc/<pid>/stat`), \
+         the cost per request that the throughput's ratios hide: the Redis targets' own time in \
+         Redis is not in it.\n"
+    );
 
     // Ratios per round (side by side), then their median.
     let ratio = |a: usize, b: usize, f: fn(&Run) -> f64| {

@@ -32,6 +32,7 @@ pub mod cli;
 pub mod config;
 pub mod dashboard;
 pub mod decide;
+pub mod hashing;
 pub mod limiter;
 pub mod passwords;
 pub mod propagation;

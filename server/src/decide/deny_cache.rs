@@ -35,13 +35,13 @@
 //! arithmetic the Redis script matches, `tests/api/differential.rs`) and ask the limiter, at
 //! every step the cache would deny, whether it denies too.
 
-use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
 use app::rules::model::{Decision, Verdict};
 
+use crate::hashing::FastMap;
 use crate::limiter::{CheckOutcome, CheckRequest};
 
 /// The longest an entry is trusted, whatever the wait.
@@ -55,8 +55,11 @@ const SWEEP_EVERY: usize = 128;
 /// The denials of one tenant's checks.
 #[derive(Default)]
 pub struct DenyCache {
-    shards: [Mutex<HashMap<u64, Entry>>; SHARDS],
+    /// Keyed by identity, itself a keyed hash: the maps hash it again with the cheaper
+    /// [`FastMap`].
+    shards: [Mutex<FastMap<u64, Entry>>; SHARDS],
     /// Keyed at random per cache: a client cannot choose checks whose identities collide.
+    /// SipHash, because two checks with one identity would share their denials.
     hasher: std::collections::hash_map::RandomState,
     /// Refunds so far ([`DenyCache::forget`]).
     refunds: std::sync::atomic::AtomicU64,
@@ -126,7 +129,7 @@ impl DenyCache {
         h.finish()
     }
 
-    fn shard(&self, identity: u64) -> std::sync::MutexGuard<'_, HashMap<u64, Entry>> {
+    fn shard(&self, identity: u64) -> std::sync::MutexGuard<'_, FastMap<u64, Entry>> {
         self.shards[(identity % SHARDS as u64) as usize]
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

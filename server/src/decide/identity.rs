@@ -4,7 +4,6 @@
 //! misses fail, with 503 rather than 401. Transports only find the key in their protocol
 //! (a header, gRPC metadata) and hand it here.
 
-use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -13,12 +12,13 @@ use app::keys::{is_well_formed, HexDigest, KeyKind};
 use super::error::DecideError;
 use super::tenant::CompiledTenant;
 use crate::cache::{CachedKey, Caches, Loads, Lookup};
+use crate::hashing::FastSet;
 use crate::store::{self, Db};
 use crate::telemetry::Metrics;
 
 /// Key ids seen since the last flush; `last_used_at` is written in batches, off the check path.
 #[derive(Debug, Clone, Default)]
-pub struct UsageRecorder(Arc<Mutex<HashSet<String>>>);
+pub struct UsageRecorder(Arc<Mutex<FastSet<String>>>);
 
 impl UsageRecorder {
     pub fn record(&self, key_id: &str) {

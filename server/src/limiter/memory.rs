@@ -13,9 +13,11 @@
 //! refused if it still would.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+
+use smallvec::SmallVec;
 
 use app::rules::model::{self, RuleInput, State};
 use app::rules::LimitSpec;
@@ -24,10 +26,14 @@ use super::check::{
     CheckOutcome, CheckRequest, LimiterError, Released, Settlement, MAX_RULES, REQUEST_ID_TTL,
     SETTLED_TTL,
 };
+use crate::hashing::{FastMap, FastState};
 use crate::redis_client::keys;
 
 /// Number of independently locked shards.
 pub const SHARDS: usize = 64;
+
+/// What a check keeps per rule (and per record), inline up to `MAX_RULES` and three records.
+type Small<T> = SmallVec<[T; MAX_RULES + 3]>;
 /// A shard removes its expired entries after this many writes.
 const SWEEP_EVERY: u32 = 1024;
 /// A check refused by its tenant's quota sweeps every shard first, unless one did within
@@ -42,10 +48,10 @@ fn tenant_of(key: &str) -> &str {
 }
 
 /// Stored keys per tenant, expired or not (what the quota counts).
-type Counts = Mutex<HashMap<String, u64>>;
+type Counts = Mutex<FastMap<String, u64>>;
 
 /// Takes `n` keys off `tenant`'s count, forgetting the tenant at zero.
-fn take_off(counts: &mut HashMap<String, u64>, tenant: &str, n: u64) {
+fn take_off(counts: &mut FastMap<String, u64>, tenant: &str, n: u64) {
     if let Some(count) = counts.get_mut(tenant) {
         *count = count.saturating_sub(n);
         if *count == 0 {
@@ -55,7 +61,7 @@ fn take_off(counts: &mut HashMap<String, u64>, tenant: &str, n: u64) {
 }
 
 /// Adds `n` to `tenant`'s count (its name is copied only the first time).
-fn add(counts: &mut HashMap<String, u64>, tenant: &str, n: u64) {
+fn add(counts: &mut FastMap<String, u64>, tenant: &str, n: u64) {
     match counts.get_mut(tenant) {
         Some(count) => *count += n,
         None => {
@@ -86,10 +92,10 @@ struct Lease {
 
 #[derive(Default)]
 struct Shard {
-    buckets: HashMap<String, (State, i64)>,
-    replies: HashMap<String, (CheckOutcome, i64)>,
-    reservations: HashMap<String, (Reservation, i64)>,
-    leases: HashMap<String, (Lease, i64)>,
+    buckets: FastMap<String, (State, i64)>,
+    replies: FastMap<String, (CheckOutcome, i64)>,
+    reservations: FastMap<String, (Reservation, i64)>,
+    leases: FastMap<String, (Lease, i64)>,
     writes: u32,
 }
 
@@ -104,7 +110,7 @@ impl Shard {
 
     /// Drops what has expired at `now` and takes it off its tenant's count.
     fn sweep(&mut self, now: i64, counts: &Counts) -> usize {
-        let mut removed: HashMap<String, u64> = HashMap::new();
+        let mut removed: FastMap<String, u64> = FastMap::default();
         let mut drop_expired = |key: &String, expires: i64| {
             if expires > now {
                 return true;
@@ -177,7 +183,7 @@ impl Locked<'_> {
 #[derive(Clone)]
 pub struct MemoryBackend {
     shards: Arc<[Mutex<Shard>]>,
-    hasher: RandomState,
+    hasher: FastState,
     /// Stored keys per tenant. Locked after shards, never before.
     counts: Arc<Counts>,
     /// When a refused check last swept every shard (Unix ms).
@@ -210,7 +216,7 @@ impl MemoryBackend {
     pub fn new() -> Self {
         Self {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
-            hasher: RandomState::new(),
+            hasher: FastState::default(),
             counts: Arc::default(),
             forced_sweep: Arc::new(AtomicI64::new(i64::MIN)),
         }
@@ -252,34 +258,39 @@ impl MemoryBackend {
             .filter(|_| !request.dry_run)
             .map(|r| (keys::reservation(&request.tenant, &r.id), r.ttl_ms));
 
-        let mut order: Vec<usize> = request
+        // Each key's shard, hashed once; the rules' first, in the rules' order. Inline: a
+        // check has at most `MAX_RULES` rules and three records, so none of these allocates.
+        let rule_shards: Small<usize> = request
             .rules
             .iter()
             .map(|r| self.shard_of(&r.key))
             .collect();
-        order.extend(reply_key.as_deref().map(|k| self.shard_of(k)));
-        order.extend(reservation.as_ref().map(|(k, _)| self.shard_of(k)));
+        let reply_shard = reply_key.as_deref().map(|k| self.shard_of(k));
+        let reservation_shard = reservation.as_ref().map(|(k, _)| self.shard_of(k));
         let lease = request
             .lease_id()
             .filter(|_| !request.dry_run)
             .map(|id| (keys::lease(&request.tenant, &id), id.into_owned()));
-        order.extend(lease.as_ref().map(|(k, _)| self.shard_of(k)));
+        let lease_shard = lease.as_ref().map(|(k, _)| self.shard_of(k));
+        let mut order: Small<usize> = rule_shards.clone();
+        order.extend(reply_shard);
+        order.extend(reservation_shard);
+        order.extend(lease_shard);
         order.sort_unstable();
         order.dedup();
-        let mut guards: Vec<(usize, MutexGuard<'_, Shard>)> =
+        let mut guards: Small<(usize, MutexGuard<'_, Shard>)> =
             order.iter().map(|&i| (i, lock(&self.shards[i]))).collect();
-        // Where each key's shard is among the guards, found once.
-        let position = |key: &str| {
-            let shard = self.shard_of(key);
+        // Where each shard is among the guards.
+        let position = |shard: usize| {
             guards
                 .iter()
                 .position(|(i, _)| *i == shard)
                 .expect("every shard used is locked")
         };
-        let rule_guards: Vec<usize> = request.rules.iter().map(|r| position(&r.key)).collect();
-        let reply_guard = reply_key.as_deref().map(position);
-        let reservation_guard = reservation.as_ref().map(|(k, _)| position(k));
-        let lease_guard = lease.as_ref().map(|(k, _)| position(k));
+        let rule_guards: Small<usize> = rule_shards.iter().map(|&s| position(s)).collect();
+        let reply_guard = reply_shard.map(position);
+        let reservation_guard = reservation_shard.map(position);
+        let lease_guard = lease_shard.map(position);
 
         if let (Some(key), Some(g)) = (&reply_key, reply_guard) {
             if let Some((reply, expires)) = guards[g].1.replies.get(key) {
@@ -292,16 +303,23 @@ impl MemoryBackend {
             }
         }
 
-        let states: Vec<Option<State>> = request
+        // Each rule's stored state (`None`: absent or expired), and whether its key is
+        // stored at all (an expired one still counts until a sweep removes it).
+        let mut stored: Small<bool> = SmallVec::new();
+        let states: Small<Option<State>> = request
             .rules
             .iter()
             .zip(&rule_guards)
-            .map(|(rule, &g)| match guards[g].1.buckets.get(&rule.key) {
-                Some((state, expires)) if *expires > now => Some(state.clone()),
-                _ => None,
+            .map(|(rule, &g)| {
+                let found = guards[g].1.buckets.get(&rule.key);
+                stored.push(found.is_some());
+                match found {
+                    Some((state, expires)) if *expires > now => Some(state.clone()),
+                    _ => None,
+                }
             })
             .collect();
-        let inputs: Vec<RuleInput<'_>> = request
+        let inputs: Small<RuleInput<'_>> = request
             .rules
             .iter()
             .map(|r| RuleInput {
@@ -310,7 +328,7 @@ impl MemoryBackend {
                 shadow: r.shadow,
             })
             .collect();
-        let state_refs: Vec<Option<&State>> = states.iter().map(Option::as_ref).collect();
+        let state_refs: Small<Option<&State>> = states.iter().map(Option::as_ref).collect();
         let result = model::check_all(&inputs, &state_refs, now);
 
         let mut writes = if request.dry_run {
@@ -337,10 +355,8 @@ impl MemoryBackend {
         // until a sweep removes it, so replacing it adds nothing).
         let mut fresh = writes
             .iter()
-            .zip(request.rules.iter().zip(&rule_guards))
-            .filter(|(write, (rule, &g))| {
-                write.is_some() && !guards[g].1.buckets.contains_key(&rule.key)
-            })
+            .zip(&stored)
+            .filter(|(write, &stored)| write.is_some() && !stored)
             .count() as u64;
         if let (Some(key), Some(g)) = (&reply_key, reply_guard) {
             fresh += u64::from(!guards[g].1.replies.contains_key(key));
@@ -407,10 +423,15 @@ impl MemoryBackend {
         for ((rule, &g), write) in request.rules.iter().zip(&rule_guards).zip(writes) {
             if let Some((state, ttl)) = write {
                 let ttl = i64::try_from(ttl).unwrap_or(i64::MAX);
-                guards[g]
-                    .1
-                    .buckets
-                    .insert(rule.key.clone(), (state, now.saturating_add(ttl)));
+                let entry = (state, now.saturating_add(ttl));
+                let buckets = &mut guards[g].1.buckets;
+                // A stored bucket is written over in place; only a new one copies its key.
+                match buckets.get_mut(&rule.key) {
+                    Some(slot) => *slot = entry,
+                    None => {
+                        buckets.insert(rule.key.clone(), entry);
+                    }
+                }
                 touched.push(g);
             }
         }
@@ -600,7 +621,7 @@ impl MemoryBackend {
                 if *expires <= now {
                     continue;
                 }
-                add(&mut counts, tenant_of(key), 1);
+                *counts.entry(tenant_of(key).to_owned()).or_default() += 1;
             }
         }
         counts

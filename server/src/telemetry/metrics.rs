@@ -2,7 +2,6 @@
 //! methods (`other` for the rest), cache names, Redis nodes, and at most
 //! [`MAX_POLICY_LABELS`] rule names (`other` after that); never raw paths, subjects or keys.
 
-use std::collections::HashMap;
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
@@ -11,7 +10,8 @@ use prometheus::{
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
-use super::recorder::{Outcome, Recorder};
+use super::recorder::{Outcome, Recorder, CACHES, LOOKUP_RESULTS};
+use crate::hashing::FastMap;
 
 /// Every metric of one server instance, registered in its own registry (so tests that run
 /// several instances in one process do not collide).
@@ -81,7 +81,7 @@ struct PolicySeries {
 
 /// The `policy` label values handed out so far, with their series.
 #[derive(Debug, Default)]
-struct PolicyLabels(RwLock<HashMap<Box<str>, Arc<PolicySeries>>>);
+struct PolicyLabels(RwLock<FastMap<Box<str>, Arc<PolicySeries>>>);
 
 impl PolicyLabels {
     /// `policy`'s label (itself while it has or can get one of its own, `other` after that)
@@ -128,9 +128,6 @@ struct CheckSeries {
     /// `cache_lookups_total` by cache (key, tenant) and result (hit, miss, stale, absent).
     lookups: [[OnceLock<IntCounter>; 4]; 2],
 }
-
-const CACHES: [&str; 2] = ["key", "tenant"];
-const LOOKUP_RESULTS: [&str; 4] = ["hit", "miss", "stale", "absent"];
 
 /// The route template of `/v1/check` on `/metrics`.
 const CHECK_ROUTE: &str = "/v1/check";
@@ -470,12 +467,17 @@ impl Metrics {
             .position(|c| *c == cache)
             .zip(LOOKUP_RESULTS.iter().position(|r| *r == result));
         match known {
-            Some((c, r)) => self.check_series.lookups[c][r]
-                .get_or_init(|| self.cache_lookups.with_label_values(&[cache, result]))
-                .inc(),
-            None => self.cache_lookups.with_label_values(&[cache, result]).inc(),
+            Some((c, r)) => {
+                self.check_series.lookups[c][r]
+                    .get_or_init(|| self.cache_lookups.with_label_values(&[cache, result]))
+                    .inc();
+                self.live.cache_at(c, r);
+            }
+            None => {
+                self.cache_lookups.with_label_values(&[cache, result]).inc();
+                self.live.cache(cache, result);
+            }
         }
-        self.live.cache(cache, result);
     }
 
     /// The text exposition of every metric.

@@ -4,8 +4,11 @@
 //! once a second and writes it to the series store.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
+
+use crate::hashing::FastMap;
 
 /// What happened to one check, as the dashboards count it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,7 +136,7 @@ impl Histogram {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Snapshot {
     /// tenant → policy (`""` when no rule applied) → counts by [`Outcome::index`].
-    pub decisions: HashMap<String, HashMap<String, [u64; 6]>>,
+    pub decisions: FastMap<String, FastMap<String, [u64; 6]>>,
     /// Limiter round trips by Cluster slot (`None`: not a Cluster).
     pub limiter: BTreeMap<Option<u16>, Histogram>,
     /// Whole `/v1/check` handling time.
@@ -162,7 +165,14 @@ fn count(current: &mut Snapshot, tenant: &str, policy: &str, outcome: Outcome) {
 #[derive(Debug, Default)]
 pub struct Recorder {
     current: Mutex<Snapshot>,
+    /// The lookups of the caches [`Recorder::cache_at`] counts, by cache and result, without
+    /// the lock (two on every check): moved into the snapshot by [`Recorder::take`].
+    lookups: [[AtomicU64; LOOKUP_RESULTS.len()]; CACHES.len()],
 }
+
+/// The caches whose lookups [`Recorder::cache_at`] counts by index, and their results.
+pub const CACHES: [&str; 2] = ["key", "tenant"];
+pub const LOOKUP_RESULTS: [&str; 4] = ["hit", "miss", "stale", "absent"];
 
 impl Recorder {
     fn lock(&self) -> MutexGuard<'_, Snapshot> {
@@ -214,9 +224,27 @@ impl Recorder {
         *self.lock().cache.entry((cache, result)).or_default() += 1;
     }
 
-    /// Everything recorded since the last call.
+    /// Counts one lookup of `CACHES[cache]` with the result `LOOKUP_RESULTS[result]`, as
+    /// [`Recorder::cache`] would, without taking the lock.
+    pub fn cache_at(&self, cache: usize, result: usize) {
+        if let Some(count) = self.lookups.get(cache).and_then(|c| c.get(result)) {
+            count.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Everything recorded since the last call. A lookup counted while this runs may fall
+    /// into the next snapshot rather than this one; none is lost or counted twice.
     pub fn take(&self) -> Snapshot {
-        std::mem::take(&mut *self.lock())
+        let mut snapshot = std::mem::take(&mut *self.lock());
+        for (cache, counts) in CACHES.iter().zip(&self.lookups) {
+            for (result, count) in LOOKUP_RESULTS.iter().zip(counts) {
+                let n = count.swap(0, Ordering::Relaxed);
+                if n > 0 {
+                    *snapshot.cache.entry((cache, result)).or_default() += n;
+                }
+            }
+        }
+        snapshot
     }
 }
 
@@ -269,5 +297,21 @@ mod tests {
         assert_eq!(r.take(), Snapshot::default());
         r.decision("t1", "p", Outcome::FailOpen);
         assert_eq!(r.take().decisions["t1"]["p"], [0, 0, 0, 1, 0, 0]);
+    }
+
+    #[test]
+    fn lookups_counted_without_the_lock_join_the_locked_ones_and_start_again() {
+        let r = Recorder::default();
+        r.cache_at(0, 0);
+        r.cache_at(0, 0);
+        r.cache("key", "hit");
+        r.cache_at(1, 1);
+        // Out of range: nothing is counted, nothing panics.
+        r.cache_at(CACHES.len(), 0);
+        let first = r.take();
+        assert_eq!(first.cache[&("key", "hit")], 3);
+        assert_eq!(first.cache[&("tenant", "miss")], 1);
+        assert_eq!(first.cache.len(), 2);
+        assert_eq!(r.take(), Snapshot::default());
     }
 }

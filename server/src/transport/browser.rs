@@ -29,6 +29,11 @@ pub const CONTENT_SECURITY: &str = "default-src 'self'; script-src 'self' 'unsaf
      connect-src 'self'; object-src 'none'; base-uri 'self'; form-action 'self'; \
      frame-ancestors 'none'";
 
+/// The content security policy of the data plane's answers (`/v1/check` and its companions):
+/// JSON that no browser should render, run or frame, so nothing is allowed at all. Stricter
+/// than [`CONTENT_SECURITY`], and a fifth of its length on an answer every gateway reads.
+pub const API_CONTENT_SECURITY: &str = "default-src 'none'; frame-ancestors 'none'";
+
 /// Adds the security headers to every response that does not set its own.
 pub async fn headers(request: Request, next: Next) -> Response {
     let mut response = next.run(request).await;
@@ -36,11 +41,27 @@ pub async fn headers(request: Request, next: Next) -> Response {
     response
 }
 
-/// The security headers of [`headers`], added to `set` where it has none of its own (`/v1/check`
-/// calls this itself, outside the middleware).
+/// [`headers`] with the data plane's policy, [`API_CONTENT_SECURITY`].
+pub async fn api_headers(request: Request, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    secure_api(response.headers_mut());
+    response
+}
+
+/// The security headers of [`headers`], added to `set` where it has none of its own.
 pub fn secure(set: &mut HeaderMap) {
+    secure_with(set, CONTENT_SECURITY);
+}
+
+/// [`secure`] with the data plane's policy, [`API_CONTENT_SECURITY`] (`/v1/check` calls this
+/// itself, outside the middleware).
+pub fn secure_api(set: &mut HeaderMap) {
+    secure_with(set, API_CONTENT_SECURITY);
+}
+
+fn secure_with(set: &mut HeaderMap, policy: &'static str) {
     let fixed = [
-        (CONTENT_SECURITY_POLICY, CONTENT_SECURITY),
+        (CONTENT_SECURITY_POLICY, policy),
         (X_CONTENT_TYPE_OPTIONS, "nosniff"),
         (REFERRER_POLICY, "same-origin"),
         (X_FRAME_OPTIONS, "DENY"),

@@ -19,7 +19,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
 
-use super::browser::secure;
+use super::browser::secure_api;
 use super::credentials::presented_key;
 use super::error::ApiError;
 use super::ops::method_label;
@@ -86,7 +86,7 @@ pub async fn check(State(state): State<AppState>, request: Request) -> Response 
     let elapsed = started.elapsed();
     state.metrics.check_done(elapsed);
     state.metrics.check_answered(response.status(), elapsed);
-    secure(response.headers_mut());
+    secure_api(response.headers_mut());
     response
 }
 
@@ -100,7 +100,7 @@ pub async fn not_allowed(State(state): State<AppState>, method: Method) -> Respo
         [(ALLOW, HeaderValue::from_static("POST"))],
     )
         .into_response();
-    secure(response.headers_mut());
+    secure_api(response.headers_mut());
     state.metrics.http_request(
         method_label(&method),
         "/v1/check",
@@ -351,30 +351,40 @@ pub fn rate_limit_headers(
     } else {
         reset
     };
+    let name = rule.body.name.as_str();
+    let mut numbers = itoa::Buffer::new();
+    let mut number = |n: u64| numbers.format(n).to_owned();
+    // The policies' values are written piece by piece: `format!` costs several times more
+    // on the check path (`docs/BENCHMARKS.md`, "What changed in the check's own work").
+    let quoted = |tail: &[&str]| {
+        let mut value = String::with_capacity(name.len() + 48);
+        value.push('"');
+        value.push_str(name);
+        value.push('"');
+        for part in tail {
+            value.push_str(part);
+        }
+        value
+    };
+    let mut digits = itoa::Buffer::new();
+    let limit = digits.format(decision.limit).to_owned();
+    let policy = if rule.body.algorithm == Algorithm::Concurrency {
+        // Requests in flight, not a quota per window.
+        quoted(&[";q=", &limit, ";qu=\"concurrent-requests\""])
+    } else {
+        quoted(&[";q=", &limit, ";w=", digits.format(window)])
+    };
+    let current = quoted(&[";r=", &number(remaining), ";t=", &number(t)]);
     let mut headers = Vec::with_capacity(6);
     headers.extend([
-        (X_RATELIMIT_LIMIT, decision.limit.to_string()),
-        (X_RATELIMIT_REMAINING, remaining.to_string()),
-        (X_RATELIMIT_RESET, reset.to_string()),
-        (
-            RATELIMIT_POLICY,
-            if rule.body.algorithm == Algorithm::Concurrency {
-                // Requests in flight, not a quota per window.
-                format!(
-                    "\"{}\";q={};qu=\"concurrent-requests\"",
-                    rule.body.name, decision.limit
-                )
-            } else {
-                format!("\"{}\";q={};w={}", rule.body.name, decision.limit, window)
-            },
-        ),
-        (
-            RATELIMIT,
-            format!("\"{}\";r={};t={}", rule.body.name, remaining, t),
-        ),
+        (X_RATELIMIT_LIMIT, limit),
+        (X_RATELIMIT_REMAINING, number(remaining)),
+        (X_RATELIMIT_RESET, number(reset)),
+        (RATELIMIT_POLICY, policy),
+        (RATELIMIT, current),
     ]);
     if !allowed && !never_fits {
-        headers.push((RETRY_AFTER, retry.to_string()));
+        headers.push((RETRY_AFTER, number(retry)));
     }
     headers
 }

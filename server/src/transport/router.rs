@@ -67,7 +67,7 @@ pub fn router(state: AppState, console_threads: tokio::runtime::Handle) -> Route
         .route("/v1/settle", post(check::settle))
         .route("/v1/release", post(check::release))
         .layer(axum::extract::DefaultBodyLimit::max(check::MAX_BODY_BYTES))
-        .layer(axum::middleware::from_fn(browser::headers))
+        .layer(axum::middleware::from_fn(browser::api_headers))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             ops::track,

@@ -57,6 +57,11 @@ async fn reserve_and_settle_over_http(app: &TestApp) {
         .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(remaining(&headers), 900);
+    // The data plane's policy, as on /v1/check: nothing a browser may do with the answer.
+    assert_eq!(
+        headers["content-security-policy"],
+        "default-src 'none'; frame-ancestors 'none'"
+    );
     assert_eq!(body["allowed"], true);
     assert_eq!(body["policy"], "tokens");
     let id = body["reservation"].as_str().unwrap().to_owned();
