@@ -87,7 +87,7 @@ struct Entry<T> {
 
 /// Removes the least recently used entry of a full map (one scan, only when a new entry
 /// needs the room: a miss, which costs a database query anyway).
-fn evict_least_recently_used<V>(map: &mut FastMap<String, Entry<V>>) {
+fn evict_least_recently_used<V, S: std::hash::BuildHasher>(map: &mut HashMap<String, Entry<V>, S>) {
     let oldest = map
         .iter()
         .min_by_key(|(_, entry)| entry.used.load(Ordering::Relaxed))
@@ -105,8 +105,9 @@ pub struct Caches<T> {
     refresh_after: Duration,
     negative_ttl: Duration,
     generation: Arc<AtomicU64>,
-    keys: Arc<RwLock<FastMap<String, Entry<Arc<CachedKey>>>>>,
-    unknown: Arc<RwLock<FastMap<String, Instant>>>,
+    // Keyed by the digests of what clients present: SipHash (`crate::hashing`).
+    keys: Arc<RwLock<HashMap<String, Entry<Arc<CachedKey>>>>>,
+    unknown: Arc<RwLock<HashMap<String, Instant>>>,
     tenants: Arc<RwLock<FastMap<String, Entry<Arc<T>>>>>,
 }
 

@@ -1,20 +1,23 @@
 //! The hash maps of the check path. Every check looks up a handful of maps (the key and
-//! tenant caches, the in-process buckets and their shards, the deny cache, the dashboards'
-//! counts), and the standard library's SipHash was the largest single cost among them
-//! (`docs/BENCHMARKS.md`, "What changed in the check's own work").
+//! tenant caches, the in-process buckets, the deny cache, the dashboards' counts), and the
+//! standard library's SipHash was the largest single cost among them (`docs/BENCHMARKS.md`,
+//! "What changed in the check's own work").
 //!
-//! [`FastMap`] hashes with foldhash instead, several times cheaper on short strings. Its seed
-//! is drawn at random for each map, as SipHash's is: the keys hashed here include what clients
-//! send (subjects, presented keys), and a seed they cannot know keeps them from choosing keys
-//! that all land in one bucket.
+//! [`FastMap`] hashes with foldhash instead, several times cheaper on short strings, but it
+//! makes no claim to resist a client who chooses keys that all land in one bucket (its seed
+//! comes from address-space layout and the time, not from the operating system's random
+//! source). So it keys only what clients cannot choose: tenant ids, policy names, key ids,
+//! and the deny cache's check identities (themselves SipHash outputs). Whatever a client
+//! sends, or a digest of it (subjects, request ids, presented keys), stays in SipHash's
+//! standard `HashMap`: the in-process limiter's buckets and records, and the key cache.
 
 use std::collections::{HashMap, HashSet};
 
-/// A seeded, fast hasher for the check path's maps.
+/// A fast hasher for maps whose keys clients cannot choose.
 pub type FastState = foldhash::fast::RandomState;
 
-/// A [`HashMap`] hashed with [`FastState`].
+/// A [`HashMap`] hashed with [`FastState`]: only for keys clients cannot choose.
 pub type FastMap<K, V> = HashMap<K, V, FastState>;
 
-/// A [`HashSet`] hashed with [`FastState`].
+/// A [`HashSet`] hashed with [`FastState`]: only for keys clients cannot choose.
 pub type FastSet<T> = HashSet<T, FastState>;

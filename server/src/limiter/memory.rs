@@ -13,7 +13,7 @@
 //! refused if it still would.
 
 use std::collections::HashMap;
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -26,7 +26,7 @@ use super::check::{
     CheckOutcome, CheckRequest, LimiterError, Released, Settlement, MAX_RULES, REQUEST_ID_TTL,
     SETTLED_TTL,
 };
-use crate::hashing::{FastMap, FastState};
+use crate::hashing::FastMap;
 use crate::redis_client::keys;
 
 /// Number of independently locked shards.
@@ -92,10 +92,11 @@ struct Lease {
 
 #[derive(Default)]
 struct Shard {
-    buckets: FastMap<String, (State, i64)>,
-    replies: FastMap<String, (CheckOutcome, i64)>,
-    reservations: FastMap<String, (Reservation, i64)>,
-    leases: FastMap<String, (Lease, i64)>,
+    // Keyed by what clients choose (subjects, request ids): SipHash (`crate::hashing`).
+    buckets: HashMap<String, (State, i64)>,
+    replies: HashMap<String, (CheckOutcome, i64)>,
+    reservations: HashMap<String, (Reservation, i64)>,
+    leases: HashMap<String, (Lease, i64)>,
     writes: u32,
 }
 
@@ -183,7 +184,7 @@ impl Locked<'_> {
 #[derive(Clone)]
 pub struct MemoryBackend {
     shards: Arc<[Mutex<Shard>]>,
-    hasher: FastState,
+    hasher: RandomState,
     /// Stored keys per tenant. Locked after shards, never before.
     counts: Arc<Counts>,
     /// When a refused check last swept every shard (Unix ms).
@@ -216,7 +217,7 @@ impl MemoryBackend {
     pub fn new() -> Self {
         Self {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
-            hasher: FastState::default(),
+            hasher: RandomState::new(),
             counts: Arc::default(),
             forced_sweep: Arc::new(AtomicI64::new(i64::MIN)),
         }
