@@ -390,7 +390,7 @@ async fn bench(seconds: u64, rounds: usize) {
     )
     .await;
 
-    let target = |name, url: &str, script: String, denies| Target {
+    let target = |name, url: &str, pid: u32, script: String, denies| Target {
         name,
         url: url.to_owned(),
         script,
@@ -400,15 +400,7 @@ async fn bench(seconds: u64, rounds: usize) {
         on_redis: url == evalsha.url || url == distributed.url,
         expired_per_request: Vec::new(),
         expiry_stall_ms: Vec::new(),
-        pid: if url == bare.url {
-            bare.child.id()
-        } else if url == evalsha.url {
-            evalsha.child.id()
-        } else if url == embedded.url {
-            embedded.pid()
-        } else {
-            distributed.pid()
-        },
+        pid,
         cpu_us: Vec::new(),
     };
     let tick_us = 1e6 / ticks_per_second();
@@ -419,36 +411,42 @@ async fn bench(seconds: u64, rounds: usize) {
         target(
             "bare axum handler (200)",
             &bare.url,
+            bare.child.id(),
             wrk_script("none", true),
             false,
         ),
         target(
             "axum handler, one EVALSHA token bucket",
             &evalsha.url,
+            evalsha.child.id(),
             wrk_script("none", true),
             false,
         ),
         target(
             "Sluice embedded, allow path",
             &embedded.url,
+            embedded.pid(),
             wrk_script(&embedded_key, true),
             false,
         ),
         target(
             "Sluice on Redis, allow path",
             &distributed.url,
+            distributed.pid(),
             wrk_script(&redis_key, true),
             false,
         ),
         target(
             "Sluice on Redis, deny flood on one bucket",
             &distributed.url,
+            distributed.pid(),
             wrk_script(&deny_key, false),
             true,
         ),
         target(
             "Sluice on Redis, allow path, buckets kept 61 s",
             &distributed.url,
+            distributed.pid(),
             wrk_script(&minute_key, true),
             false,
         ),

@@ -34,6 +34,7 @@ pub const SHARDS: usize = 64;
 
 /// What a check keeps per rule (and per record), inline up to `MAX_RULES` and three records.
 type Small<T> = SmallVec<[T; MAX_RULES + 3]>;
+
 /// A shard removes its expired entries after this many writes.
 const SWEEP_EVERY: u32 = 1024;
 /// A check refused by its tenant's quota sweeps every shard first, unless one did within
@@ -61,7 +62,7 @@ fn take_off(counts: &mut FastMap<String, u64>, tenant: &str, n: u64) {
 }
 
 /// Adds `n` to `tenant`'s count (its name is copied only the first time).
-fn add(counts: &mut FastMap<String, u64>, tenant: &str, n: u64) {
+fn add<S: BuildHasher>(counts: &mut HashMap<String, u64, S>, tenant: &str, n: u64) {
     match counts.get_mut(tenant) {
         Some(count) => *count += n,
         None => {
@@ -622,7 +623,7 @@ impl MemoryBackend {
                 if *expires <= now {
                     continue;
                 }
-                *counts.entry(tenant_of(key).to_owned()).or_default() += 1;
+                add(&mut counts, tenant_of(key), 1);
             }
         }
         counts
