@@ -70,6 +70,8 @@ pub struct Application {
     /// The proxies whose `X-Forwarded-For` names the client.
     proxies: TrustedProxies,
     router: Router,
+    /// The state `POST /v1/check` is answered with, before the router (`listener::serve`).
+    checks: AppState,
     metrics_router: Option<Router>,
     /// The threads console work runs on; stopped when the application ends.
     console_runtime: ConsoleRuntime,
@@ -196,7 +198,8 @@ impl Application {
             listener,
             metrics_listener,
             grpc,
-            router: router(state, console_runtime.handle()),
+            router: router(state.clone(), console_runtime.handle()),
+            checks: state,
             metrics_router,
             console_runtime,
             db,
@@ -268,9 +271,16 @@ impl Application {
         });
         let metrics_server = match (self.metrics_listener, self.metrics_router) {
             (Some(listener), Some(router)) => Some(tokio::spawn(async move {
-                serve(listener, router, limits, proxies.clone(), async move {
-                    let _ = metrics_stop.recv().await;
-                })
+                serve(
+                    listener,
+                    router,
+                    None,
+                    limits,
+                    proxies.clone(),
+                    async move {
+                        let _ = metrics_stop.recv().await;
+                    },
+                )
                 .await
             })),
             _ => None,
@@ -285,6 +295,7 @@ impl Application {
         serve(
             self.listener,
             self.router,
+            Some(self.checks),
             limits,
             self.proxies,
             async move {

@@ -12,7 +12,7 @@ use app::rules::model::{Decision, Verdict};
 use axum::body::Body;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{FromRequest, Request, State};
+use axum::extract::{Request, State};
 use axum::http::header::{ALLOW, CONTENT_TYPE, RETRY_AFTER};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -70,17 +70,19 @@ fn seconds_up(ms: u64) -> u64 {
     ms.div_ceil(1000)
 }
 
-/// `POST /v1/check`. Routed outside the router's middleware, it does itself what that did for
-/// it: it counts itself in `http_requests_total`, `http_request_duration_seconds` and
-/// `http_requests_in_flight` (reading the body included), and adds the security headers.
+/// `POST /v1/check`. Routed outside the router's middleware, and taken by the listener before
+/// the router (`listener::serve`), it does itself what those did for it: it counts itself in
+/// `http_requests_total`, `http_request_duration_seconds` and `http_requests_in_flight`
+/// (reading the body included), limits the body to [`MAX_BODY_BYTES`], and adds the security
+/// headers.
 pub async fn check(State(state): State<AppState>, request: Request) -> Response {
     let _in_flight = state.metrics.http_started();
     let started = Instant::now();
-    let (mut parts, body) = request.into_parts();
-    let headers = std::mem::take(&mut parts.headers);
-    // The body limit travels in the request's extensions, so it still applies here.
-    let body = Bytes::from_request(Request::from_parts(parts, body), &state).await;
-    let mut response = decide(&state, &headers, body)
+    let (parts, body) = request.into_parts();
+    let body = axum::body::to_bytes(body, MAX_BODY_BYTES)
+        .await
+        .map_err(|_| too_big());
+    let mut response = decide(&state, &parts.headers, body)
         .await
         .unwrap_or_else(IntoResponse::into_response);
     let elapsed = started.elapsed();
@@ -113,11 +115,11 @@ pub async fn not_allowed(State(state): State<AppState>, method: Method) -> Respo
 async fn decide(
     state: &AppState,
     headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Result<Bytes, ApiError>,
 ) -> Result<Response, ApiError> {
     let key = state.identities.key(presented_key(headers)).await?;
     let tenant = state.identities.check_tenant(&key).await?;
-    let bytes = body.map_err(|_| too_big())?;
+    let bytes = body?;
     let input = CheckInput::parse_json(&bytes).map_err(|e| ApiError::BadRequest(e.message))?;
     let answer = state.decider.decide(&tenant, &input, Mode::Enforce).await?;
     Ok(answer_response(&answer))

@@ -12,6 +12,12 @@
 //! Every request carries its client's address as [`ClientIp`] (the peer, or through trusted
 //! proxies the address they forwarded), for the per-client sign-in budget. Stopping closes
 //! the listener, lets requests in flight finish, and returns.
+//!
+//! `POST /v1/check` is the one hot route: when the listener is given the application's state,
+//! it hands such a request straight to [`check::check`], the router's own handler for it,
+//! before the router (whose route lookup, request extensions and layers of futures cost a
+//! check about a tenth of its instructions; docs/BENCHMARKS.md). Every other request, `/v1/check`
+//! with another method included, goes through the router.
 
 use std::future::Future;
 use std::io;
@@ -21,14 +27,17 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::extract::Request;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::Method;
 use axum::Router;
 
+use super::check;
 use super::client_ip::{ClientIp, TrustedProxies};
+use super::state::AppState;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
@@ -50,9 +59,11 @@ pub struct ConnectionLimits {
 const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nretry-after: 1\r\nconnection: close\r\ncontent-type: text/plain\r\ncontent-length: 52\r\n\r\ntoo many connections to this instance; retry shortly";
 
 /// Serves `router` on `listener` until `stop` completes, then waits for requests in flight.
+/// With `checks`, `POST /v1/check` goes straight to its handler (see the module's header).
 pub async fn serve(
     listener: TcpListener,
     router: Router,
+    checks: Option<AppState>,
     limits: ConnectionLimits,
     proxies: TrustedProxies,
     stop: impl Future<Output = ()> + Send,
@@ -90,13 +101,27 @@ pub async fn serve(
             activity: Arc::clone(&activity),
         });
         let proxies = proxies.clone();
-        let service = TowerToHyperService::new(router.clone().map_request(
-            move |mut request: Request<hyper::body::Incoming>| {
-                let client = proxies.client(peer.ip(), request.headers());
-                request.extensions_mut().insert(ClientIp(client));
-                request
-            },
-        ));
+        let router = router.clone();
+        let checks = checks.clone();
+        let service = hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
+            let shortcut = checks.clone().filter(|_| is_check(&request));
+            let client = shortcut
+                .is_none()
+                .then(|| proxies.client(peer.ip(), request.headers()));
+            let router = router.clone();
+            async move {
+                let mut request = request.map(Body::new);
+                match (shortcut, client) {
+                    (Some(state), _) => Ok(check::check(State(state), request).await),
+                    (None, client) => {
+                        if let Some(client) = client {
+                            request.extensions_mut().insert(ClientIp(client));
+                        }
+                        router.oneshot(request).await
+                    }
+                }
+            }
+        });
         let connection = graceful.watch(
             builder
                 .serve_connection_with_upgrades(io, service)
@@ -120,6 +145,12 @@ pub async fn serve(
     drop(listener);
     graceful.shutdown().await;
     Ok(())
+}
+
+/// A request the check's handler takes without the router: `POST /v1/check`, as the router
+/// matches it (the path alone, whatever the query).
+fn is_check(request: &Request<hyper::body::Incoming>) -> bool {
+    request.method() == Method::POST && request.uri().path() == "/v1/check"
 }
 
 /// Tells a connection past the cap to come back, and closes it (within a second, whatever

@@ -50,15 +50,12 @@ pub fn router(state: AppState, console_threads: tokio::runtime::Handle) -> Route
         router = router.route("/metrics", get(ops::metrics));
     }
     // A check needs none of the middleware below (sessions, origin checks, the hand-over to
-    // the console's threads): it is routed beside them, and counts itself on `/metrics` and
-    // adds the security headers in its handler.
+    // the console's threads): it is routed beside them, and counts itself on `/metrics`,
+    // limits its body and adds the security headers in its handler. (The listener hands a
+    // `POST /v1/check` to that handler before this router; tests that call the router
+    // directly, and the other methods, come here.)
     let checks = Router::new()
-        .route(
-            "/v1/check",
-            post(check::check)
-                .fallback(check::not_allowed)
-                .layer(axum::extract::DefaultBodyLimit::max(check::MAX_BODY_BYTES)),
-        )
+        .route("/v1/check", post(check::check).fallback(check::not_allowed))
         .with_state(state.clone());
     // Reserve, settle and release are the check's companions, as hot: routed beside it too,
     // with only the metrics and the security headers of the middleware below.
