@@ -77,8 +77,11 @@ ARGV[4]      m, the number of checks
 ARGV[5..]    per check j: how many keys it has, and how many arguments (ARGV[3+2j], ARGV[4+2j])
 ARGV[5+2m..] each check's arguments as above, one check after the other; a check's own record
              is off (ARGV[2] 0) unless it carries the caller's request_id or is a dry run
-Reply: the checks' replies in order; a check that raised an error (a key of another type)
-       replies { 3, the error }; the others are decided as usual.
+Reply: one string, the list of the checks' replies in order packed in MessagePack (the bytes
+       the batch's record keeps): a reply of nested arrays costs the server's Redis client
+       about a thousand instructions a value to parse, one string a few a byte
+       (server/src/limiter/batch_reply.rs); a check that raised an error (a key of another
+       type) replies { 3, the error }; the others are decided as usual.
 The buckets the batch's checks add to an active-key HyperLogLog are gathered and added once
 per HyperLogLog at the batch's end (one PFADD, not one a check).
 
@@ -726,7 +729,7 @@ if seen then
       reply[1] = 1
     end
   end
-  return replies
+  return encode_record(replies)
 end
 
 local m = tonumber(ARGV[4])
@@ -758,8 +761,9 @@ end
 for _, active_key in ipairs(gathered.order) do
   mark_active(active_key, gathered[active_key])
 end
-redis.call('HSET', record, field, encode_record(replies))
+local packed = encode_record(replies)
+redis.call('HSET', record, field, packed)
 if redis.call('PTTL', record) < record_ttl then
   redis.call('PEXPIRE', record, record_ttl)
 end
-return replies
+return packed

@@ -8,6 +8,7 @@
 //! - `memory` is the in-process twin for the embedded mode: the same reference model
 //!   ([`app::rules::model`]), sharded locks, idle keys expired.
 
+pub mod batch_reply;
 pub mod check;
 mod memory;
 mod redis_backend;

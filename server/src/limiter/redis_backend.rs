@@ -11,6 +11,7 @@ use app::rules::Algorithm;
 use redis::Value;
 use tokio::sync::oneshot;
 
+use super::batch_reply;
 use super::check::{
     CheckOutcome, CheckRequest, LimiterError, Released, Settlement, MAX_RULES, REQUEST_ID_TTL,
     SETTLED_TTL,
@@ -55,7 +56,9 @@ pub async fn check(
     let marks = &checks.marks;
     let ids = marks.ids(request);
     let unmarked = marks.unmarked(minute, &ids);
-    let mut call = redis::Cmd::new();
+    // Room for a check's keys and arguments (`add_script_args`), so the call is allocated once.
+    let n = request.rules.len();
+    let mut call = redis::Cmd::with_capacity(12 + 8 * n, 192 + 96 * n);
     let key_count = add_script_args(&mut call, request, &record, minute, unmarked.as_str());
     let (reply, answer) = oneshot::channel();
     // The caller waits at most the client's deadline, however long its batch waited to be sent.
@@ -211,18 +214,31 @@ async fn send_batch(redis: &RedisClient, tenant: &str, batch: Vec<Waiting>) {
     let record = keys::CallRecord::new(tenant, batch[0].now_ms);
     let ttl = call_ttl_ms(redis);
     let calls = u32::try_from(batch.len()).unwrap_or(u32::MAX);
-    let result: Result<Vec<Value>, redis_client::Error> = redis
-        .run_script_as(&CHECK, CHECK_SOURCE, &record.key, calls, |cmd| {
-            add_batch_args(cmd, &record, ttl, &batch)
-        })
+    let result: Result<Vec<u8>, redis_client::Error> = redis
+        .run_script_as(
+            &CHECK,
+            CHECK_SOURCE,
+            &record.key,
+            calls,
+            batch_room(&record, &batch),
+            |cmd| add_batch_args(cmd, &record, ttl, &batch),
+        )
         .await;
+    let result = result.map(|packed| batch_reply::decode(&packed));
     match result {
-        Ok(replies) if replies.len() == batch.len() => {
+        Ok(Err(what)) => {
+            for waiting in batch {
+                let _ = waiting
+                    .reply
+                    .send(Err(LimiterError::Protocol(what.clone())));
+            }
+        }
+        Ok(Ok(replies)) if replies.len() == batch.len() => {
             for (waiting, reply) in batch.into_iter().zip(replies) {
                 let _ = waiting.reply.send(Ok(reply));
             }
         }
-        Ok(replies) => {
+        Ok(Ok(replies)) => {
             let what = format!("{} replies for a batch of {}", replies.len(), batch.len());
             for waiting in batch {
                 let _ = waiting
@@ -244,6 +260,22 @@ fn args(w: &Waiting) -> impl Iterator<Item = &[u8]> {
         redis::Arg::Simple(bytes) => bytes,
         redis::Arg::Cursor => &[][..],
     })
+}
+
+/// How many arguments [`add_batch_args`] writes for `batch`, and about how many bytes (each
+/// number it adds itself is counted at its widest).
+fn batch_room(record: &keys::CallRecord, batch: &[Waiting]) -> (usize, usize) {
+    let (mut count, mut bytes) = (
+        6 + 2 * batch.len(),
+        record.key.len() + 64 + 40 * batch.len(),
+    );
+    for w in batch {
+        for arg in args(w) {
+            count += 1;
+            bytes += arg.len();
+        }
+    }
+    (count, bytes)
 }
 
 /// A batch's `numkeys KEYS… ARGV…`, as `lua/check.lua`'s header documents it.

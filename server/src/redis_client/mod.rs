@@ -560,30 +560,36 @@ impl RedisClient {
         route_key: &str,
         args: impl Fn(&mut redis::Cmd),
     ) -> Result<T, Error> {
-        self.run_script_as(script, source, route_key, 1, args).await
+        self.run_script_as(script, source, route_key, 1, (0, 0), args)
+            .await
     }
 
     /// [`RedisClient::run_script`] for one call that stands for `calls` (a batch of checks):
-    /// the breaker counts its failure, and a refusal, that many times.
+    /// the breaker counts its failure, and a refusal, that many times. `room` is how many
+    /// arguments `args` writes and their bytes, so the command is allocated once (a batch's
+    /// dozens of arguments would otherwise grow it several times).
     pub async fn run_script_as<T: redis::FromRedisValue + Send + 'static>(
         &self,
         script: &redis::Script,
         source: &str,
         route_key: &str,
         calls: u32,
+        (arg_count, arg_bytes): (usize, usize),
         args: impl Fn(&mut redis::Cmd),
     ) -> Result<T, Error> {
         let deadline = tokio::time::Instant::now() + self.timeout;
         self.guarded(Some(route_key), calls, || async {
-            let mut evalsha = redis::cmd("EVALSHA");
-            evalsha.arg(script.get_hash());
+            // EVALSHA and the script's SHA1 (40 hex digits) lead the arguments.
+            let mut evalsha = redis::Cmd::with_capacity(arg_count + 2, arg_bytes + 48);
+            evalsha.arg("EVALSHA").arg(script.get_hash());
             args(&mut evalsha);
             match self.send(&evalsha, deadline).await {
                 Err(Error::Redis { source: e, .. })
                     if e.kind() == redis::ErrorKind::NoScriptError =>
                 {
-                    let mut eval = redis::cmd("EVAL");
-                    eval.arg(source);
+                    let mut eval =
+                        redis::Cmd::with_capacity(arg_count + 2, arg_bytes + source.len() + 4);
+                    eval.arg("EVAL").arg(source);
                     args(&mut eval);
                     self.send(&eval, deadline).await
                 }

@@ -1995,7 +1995,12 @@ async fn a_call_record_written_as_json_by_an_earlier_script_still_answers_a_rese
         call
     };
     type Reply = Vec<(i64, i64, i64, i64, String, i64, i64)>;
-    let resent: Reply = batch("f1").invoke_async(&mut connection).await.unwrap();
+    // A batch answers one MessagePack string, the list of its checks' replies.
+    let read = |packed: Vec<u8>| -> Reply {
+        let replies = sluice::limiter::batch_reply::decode(&packed).unwrap();
+        redis::from_redis_value(&redis::Value::Array(replies)).unwrap()
+    };
+    let resent = read(batch("f1").invoke_async(&mut connection).await.unwrap());
     assert_eq!(
         resent,
         vec![(1, 1_800_000_000_000, 1, 1, "4".to_owned(), 500, 0)]
@@ -2005,12 +2010,12 @@ async fn a_call_record_written_as_json_by_an_earlier_script_still_answers_a_rese
         "nothing decided again"
     );
     // A new call decides and writes its record in the new form, which a resend reads back.
-    let decided: Reply = batch("f2").invoke_async(&mut connection).await.unwrap();
+    let decided = read(batch("f2").invoke_async(&mut connection).await.unwrap());
     assert_eq!(
         (decided[0].0, decided[0].2, decided[0].4.as_str()),
         (0, 1, "4")
     );
-    let again: Reply = batch("f2").invoke_async(&mut connection).await.unwrap();
+    let again = read(batch("f2").invoke_async(&mut connection).await.unwrap());
     let mut first_answer = decided[0].clone();
     first_answer.0 = 1;
     assert_eq!(again, vec![first_answer]);
