@@ -60,6 +60,56 @@ pub struct CheckResponse<'a> {
     pub lease: Option<&'a str>,
 }
 
+impl CheckResponse<'_> {
+    /// The answer's JSON, the bytes `serde_json` writes for it (the test
+    /// `written_by_hand_as_serde_writes_it` holds them equal), written field by field: a
+    /// check's answer through serde cost about 2,500 instructions, a tenth of them this.
+    pub fn to_json(&self) -> Vec<u8> {
+        fn number(out: &mut Vec<u8>, name: &str, value: Option<u64>) {
+            out.extend_from_slice(name.as_bytes());
+            match value {
+                Some(v) => out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes()),
+                None => out.extend_from_slice(b"null"),
+            }
+        }
+        fn text(out: &mut Vec<u8>, name: &str, value: Option<&str>) {
+            out.extend_from_slice(name.as_bytes());
+            match value {
+                // Writing a string into a vector cannot fail; serde escapes it.
+                Some(v) => {
+                    let _ = serde_json::to_writer(&mut *out, v);
+                }
+                None => out.extend_from_slice(b"null"),
+            }
+        }
+        let mut out = Vec::with_capacity(160);
+        out.extend_from_slice(if self.allowed {
+            b"{\"allowed\":true"
+        } else {
+            b"{\"allowed\":false"
+        });
+        text(&mut out, ",\"policy\":", self.policy);
+        number(&mut out, ",\"limit\":", self.limit);
+        number(&mut out, ",\"remaining\":", self.remaining);
+        number(&mut out, ",\"reset_after_ms\":", self.reset_after_ms);
+        number(&mut out, ",\"retry_after_ms\":", self.retry_after_ms);
+        if self.never_fits {
+            out.extend_from_slice(b",\"never_fits\":true");
+        }
+        if self.degraded.is_some() {
+            text(&mut out, ",\"degraded\":", self.degraded);
+        }
+        if self.reservation.is_some() {
+            text(&mut out, ",\"reservation\":", self.reservation);
+        }
+        if self.lease.is_some() {
+            text(&mut out, ",\"lease\":", self.lease);
+        }
+        out.push(b'}');
+        out
+    }
+}
+
 fn too_big() -> ApiError {
     ApiError::BadRequest(format!(
         "the body must be a JSON object of at most {MAX_BODY_BYTES} bytes"
@@ -189,11 +239,7 @@ fn respond(
         reservation,
         lease,
     };
-    let mut bytes = Vec::with_capacity(256);
-    if let Err(error) = serde_json::to_writer(&mut bytes, &body) {
-        tracing::error!(%error, "a check's answer did not serialise");
-        return ApiError::Internal.into_response();
-    }
+    let bytes = body.to_json();
     // Room for every header the answer gets (content type, rate limits, the security
     // headers [`check`] adds), so the map is allocated once.
     let mut headers = HeaderMap::with_capacity(16);
@@ -389,4 +435,41 @@ pub fn rate_limit_headers(
         headers.push((RETRY_AFTER, digits.format(retry).to_owned()));
     }
     headers
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn written_by_hand_as_serde_writes_it(
+            allowed: bool,
+            policy in proptest::option::of(any::<String>()),
+            numbers in proptest::array::uniform4(proptest::option::of(any::<u64>())),
+            never_fits: bool,
+            degraded in proptest::option::of(prop_oneof![Just("local"), Just("fail_open")]),
+            reservation in proptest::option::of("[a-z0-9\"\\\\\u{0}-\u{1f}é]{0,40}"),
+            lease in proptest::option::of(any::<String>()),
+        ) {
+            let answer = CheckResponse {
+                allowed,
+                policy: policy.as_deref(),
+                limit: numbers[0],
+                remaining: numbers[1],
+                reset_after_ms: numbers[2],
+                retry_after_ms: numbers[3],
+                never_fits,
+                degraded,
+                reservation: reservation.as_deref(),
+                lease: lease.as_deref(),
+            };
+            let by_serde = serde_json::to_vec(&answer).unwrap();
+            prop_assert_eq!(
+                String::from_utf8(answer.to_json()).unwrap(),
+                String::from_utf8(by_serde).unwrap()
+            );
+        }
+    }
 }

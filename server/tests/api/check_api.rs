@@ -1556,3 +1556,32 @@ async fn a_deny_flood_reaches_redis_at_most_once_in_twenty_denials_and_each_is_c
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// In process, the limiter's own answer costs no more than a deny cache's, so an embedded
+/// instance asks its limiter every time: a flood of denials is answered right and counted, and
+/// none of it from a cache (the deny cache stands only in front of Redis).
+#[tokio::test]
+async fn an_embedded_instance_denies_from_its_limiter_not_a_deny_cache() {
+    let app = spawn_embedded().await;
+    let op = app.operator_key().await;
+    let t = setup_tenant(
+        &app,
+        &op,
+        &[rule("once", "default", None, "fixed_window", 1, DAY_MS)],
+    )
+    .await;
+    let check = json!({ "route": "GET /", "subject": "flooder" });
+    let (status, _, body) = app.check(&t.check_key, check.clone()).await;
+    assert_eq!(status, 200, "{body}");
+    for _ in 0..20 {
+        let (status, _, body) = app.check(&t.check_key, check.clone()).await;
+        assert_eq!(status, 429, "{body}");
+        assert_eq!(body["policy"], "once", "{body}");
+    }
+    assert_eq!(
+        app.metric("sluice_decisions_total{outcome=\"denied\",policy=\"once\"}")
+            .await,
+        20.0
+    );
+    assert_eq!(app.metric("sluice_cached_denials_total").await, 0.0);
+}
