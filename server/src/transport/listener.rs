@@ -104,7 +104,12 @@ pub async fn serve(
         let router = router.clone();
         let checks = checks.clone();
         let service = hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
-            let shortcut = checks.clone().filter(|_| is_check(&request));
+            // The state is cloned (one pointer) only for a check, not for every request.
+            let shortcut = if is_check(&request) {
+                checks.clone()
+            } else {
+                None
+            };
             let client = shortcut
                 .is_none()
                 .then(|| proxies.client(peer.ip(), request.headers()));
