@@ -17,11 +17,12 @@ KEYS[1..n]   the bucket of each rule, `sl:{<tenant>}:<rule>:<subject>`
 KEYS[n+1]    the idempotency record, so that a resend after a lost reply returns the first
              decision (always passed; used only when ARGV[2] > 0): for the caller's
              request_id, the string `slr:{<tenant>}:<hash>`; for a call the server made
-             without one, the hash `slq:{<tenant>}:<slot>` that every such call of the tenant
-             in one quarter second shares, the reply in field ARGV[4+7n] (one key a slot
-             rather than one a call: Redis's expiry cycle stalled on a key a check); the
-             hash's fields hold replies in MessagePack, a request_id's record in JSON (any
-             instance, of any version, may read it); both forms are read
+             without one, the hash `slq:{<tenant>}:<slot>:<ttl>` that every such call of the
+             tenant in one quarter second that keeps its record <ttl> ms shares, the reply in
+             field ARGV[4+7n] (one key a slot rather than one a call: Redis's expiry cycle
+             stalled on a key a check); the hash's fields hold replies in MessagePack, a
+             request_id's record in JSON (any instance, of any version, may read it); both
+             forms are read
 KEYS[n+2]    the tenant's active-key HyperLogLog for this minute, `slk:{<tenant>}:<minute>`:
              every bucket checked is added to it (not in a dry run; by each instance once a
              minute, ARGV[6+7n]), so the dashboards can count active keys with PFCOUNT and
@@ -68,9 +69,13 @@ A batch: the checks of one tenant that queued while the instance's last call for
 as one call so that a script run, its record and its round trip are paid once for all of them
 (server/src/limiter/redis_backend.rs). They are decided one after the other, in order, as
 separate calls would be, at one Redis time.
-KEYS[1]      the batch's idempotency record: the tenant's hash of the moment, as KEYS[n+1] above
+KEYS[1]      the batch's idempotency record: the tenant's hash of the moment, as KEYS[n+1] above;
+             every hash of that name is kept the same ARGV[3] ms (it is in the name), so each
+             write sets that TTL with one PEXPIRE, which only ever pushes the expiry later
 KEYS[2..]    each check's keys as above, one check after the other
-ARGV[1]      the word `batch`
+ARGV[1]      the word `batch` for the call's first send, which skips looking for its record
+             (nothing can have written it yet), or `resend` for a send after a lost
+             connection, which returns the record when an earlier send ran
 ARGV[2]      the batch's field in KEYS[1] (its reply is kept there, as a call's above)
 ARGV[3]      the record's TTL in ms
 ARGV[4]      m, the number of checks
@@ -87,11 +92,14 @@ per HyperLogLog at the batch's end (one PFADD, not one a check).
 
 The quota: a call that would create a bucket or keep a caller's request_id checks the index
 first. It drops (or, when the key lives on, re-scores) up to PRUNE entries whose time has
-passed, then refuses if the live keys plus the new ones would pass the quota, and adds the
-new ones in one ZADD. The checks of a batch share what the first learnt: the index's size
-(kept up to date with each ZADD's count of new members) and, when its prune found fewer than
-PRUNE entries due, that nothing is due at that time, so a later check of the same time
-neither prunes nor counts again. Checks of existing buckets never touch the index. The index
+passed, then refuses if the live keys plus the new ones would pass the quota, and otherwise
+counts the new ones in. The checks of a call share what the first learnt: the index's size
+and, when its prune found fewer than PRUNE entries due, that nothing is due at that time, so
+a later check of the same time neither prunes nor counts again. The new entries of all of a
+call's checks go into the index in one ZADD when the call ends; until then each counts as new,
+and before the index is pruned again or a check is refused, the ZADD is made at once and its
+count of new members corrects the size, so the quota is exact. Checks of existing buckets
+never touch the index. The index
 has no TTL of its own: a bucket written again outlives the time it was first scored with, so
 the index must outlive it too; it holds at most the quota's entries and Redis drops it with
 its last one.
@@ -156,9 +164,28 @@ end
 
 -- The live-key index of each tenant as this call last saw it, so that the checks of a batch
 -- read it once: { [index key] = { at = the time it was pruned at, clean = nothing more was
--- due then, live = its size } }. Only this script's ZADDs change it within a call, and each
--- adds its reply (the members that were new) to `live`.
+-- due then, live = its size with the entries waiting, waiting = { score, member, ... } } }.
+-- The entries of the keys a call's checks create wait here and go into the index in one ZADD
+-- when the call ends (`add_waiting`), or sooner when the count matters: before the index is
+-- pruned again, and before a check is refused for the quota. Each is counted new while it
+-- waits; the ZADD's reply (the members that were) corrects `live`.
 local indexes = {}
+
+-- Adds the entries waiting for `index` to it, in one ZADD.
+local function add_waiting(index)
+  local seen = indexes[index]
+  if seen and #seen.waiting > 0 then
+    local counted = #seen.waiting / 2
+    seen.live = seen.live - counted + redis.call('ZADD', index, unpack(seen.waiting))
+    seen.waiting = {}
+  end
+end
+
+local function add_all_waiting()
+  for index in pairs(indexes) do
+    add_waiting(index)
+  end
+end
 
 -- The active-key marks a batch gathers, to add once per HyperLogLog when it ends: a table
 -- { order = {active keys in first-seen order}, [active key] = {bucket keys} }, nil outside a batch.
@@ -304,6 +331,17 @@ local function fixed_window(key, L, P, B, c, now, penalty)
   return d, nil, penalty and { 'v', fmt(count), 'w', fmt(window), 't', fmt(now) } or nil, ttl
 end
 
+-- When a sliding window would hold nothing: after the next window ends if the current one
+-- holds `count`, after this one if only the previous one holds some.
+local function window_reset(count, prev, left_in_window, P)
+  if count > 0 then
+    return left_in_window + P
+  elseif prev > 0 then
+    return left_in_window
+  end
+  return 0
+end
+
 local function sliding_window(key, L, P, B, c, now, penalty)
   local s = read_hash(key, 'p', 'v', 'w', 't')
   local prev, cur, window, ts = s[1], s[2], s[3], s[4]
@@ -322,19 +360,13 @@ local function sliding_window(key, L, P, B, c, now, penalty)
   local left_in_window = P - into
   local estimate = prev * (left_in_window / P) + cur
   local ttl = whole_ms(left_in_window + P + MARGIN)
-  local function reset(count)
-    if count > 0 then
-      return left_in_window + P
-    elseif prev > 0 then
-      return left_in_window
-    end
-    return 0
-  end
   if c > L then
-    return decision(NEVER, math.max(0, L - estimate), reset(cur), 0), nil, nil, ttl
+    local empty = window_reset(cur, prev, left_in_window, P)
+    return decision(NEVER, math.max(0, L - estimate), empty, 0), nil, nil, ttl
   end
   if estimate + c <= L + EPSILON then
-    local d = decision(ALLOW, math.max(0, L - (estimate + c)), reset(cur + c), 0)
+    local empty = window_reset(cur + c, prev, left_in_window, P)
+    local d = decision(ALLOW, math.max(0, L - (estimate + c)), empty, 0)
     return d, { 'p', fmt(prev), 'v', fmt(cur + c), 'w', fmt(window), 't', fmt(now) }, nil, ttl
   end
   if penalty then
@@ -349,7 +381,8 @@ local function sliding_window(key, L, P, B, c, now, penalty)
   else
     retry = left_in_window
   end
-  local d = decision(DENY, math.max(0, L - estimate), reset(cur), retry)
+  local empty = window_reset(cur, prev, left_in_window, P)
+  local d = decision(DENY, math.max(0, L - estimate), empty, retry)
   return d, nil, penalty and { 'p', fmt(prev), 'v', fmt(cur), 'w', fmt(window), 't', fmt(now) } or nil, ttl
 end
 
@@ -457,6 +490,29 @@ local function write(key, algorithm, state, ttl, P)
   redis.call('PEXPIRE', key, ttl)
 end
 
+-- How long a check's lease record lives: as long as the longest lease it lists.
+local function lease_ttl(rules)
+  local ttl = 0
+  for i = 1, #rules do
+    if rules[i].algorithm == 7 and rules[i].admitted then
+      ttl = math.max(ttl, rules[i].P + MARGIN)
+    end
+  end
+  return ttl
+end
+
+-- What phase 2 writes for a rule: its admitted state, or its penalty, or nothing. (Functions
+-- are defined once a call, at the top: one defined inside check_one would be made again for
+-- every check of a batch.)
+local function to_write(r, allowed)
+  if allowed then
+    return r.admitted
+  elseif not r.shadow and r.d.v ~= ALLOW then
+    return r.penalised
+  end
+  return nil
+end
+
 -- Decides one check: KEYS and ARGV as the header documents them (a batch passes each
 -- check's own). `clock` gives Redis's time in ms when ARGV[1] is empty.
 local function check_one(KEYS, ARGV, clock)
@@ -514,27 +570,6 @@ local function check_one(KEYS, ARGV, clock)
                  algorithm = algorithm, P = P, shadow = shadow }
   end
 
-  -- How long the lease record lives: as long as the longest lease it lists.
-  local function lease_ttl()
-    local ttl = 0
-    for i = 1, n do
-      if rules[i].algorithm == 7 and rules[i].admitted then
-        ttl = math.max(ttl, rules[i].P + MARGIN)
-      end
-    end
-    return ttl
-  end
-
-  -- What phase 2 writes for rule i: its admitted state, or its penalty, or nothing.
-  local function to_write(r)
-    if allowed then
-      return r.admitted
-    elseif not r.shadow and r.d.v ~= ALLOW then
-      return r.penalised
-    end
-    return nil
-  end
-
   -- The quota: the keys this call would create, admitted only while the tenant's live keys
   -- stay within it.
   local quota = tonumber(ARGV[5 + 7 * n])
@@ -542,7 +577,7 @@ local function check_one(KEYS, ARGV, clock)
     local index = KEYS[n + 3]
     local fresh = {}
     for i = 1, n do
-      if to_write(rules[i]) and absent[KEYS[i]] then
+      if to_write(rules[i], allowed) and absent[KEYS[i]] then
         fresh[#fresh + 1] = { KEYS[i], rules[i].ttl }
       end
     end
@@ -554,9 +589,9 @@ local function check_one(KEYS, ARGV, clock)
         fresh[#fresh + 1] = { KEYS[n + 4], reserve_ttl }
       end
     end
-    if allowed and lease_key and lease_ttl() > 0 then
+    if allowed and lease_key and lease_ttl(rules) > 0 then
       if redis.call('EXISTS', lease_key) == 0 then
-        fresh[#fresh + 1] = { lease_key, lease_ttl() }
+        fresh[#fresh + 1] = { lease_key, lease_ttl(rules) }
       end
     end
     if #fresh > 0 then
@@ -564,6 +599,8 @@ local function check_one(KEYS, ARGV, clock)
       -- is due at this time (every entry scored since lies in the future).
       local seen_index = indexes[index]
       if not (seen_index and seen_index.clean and seen_index.at == now) then
+        -- The prune and the count below see the entries of earlier checks.
+        add_waiting(index)
         local due = redis.call('ZRANGEBYSCORE', index, '-inf', now, 'LIMIT', 0, PRUNE)
         local ended, alive = {}, {}
         for _, member in ipairs(due) do
@@ -581,8 +618,13 @@ local function check_one(KEYS, ARGV, clock)
         if #alive > 0 then
           redis.call('ZADD', index, unpack(alive))
         end
-        seen_index = { at = now, clean = #due < PRUNE, live = redis.call('ZCARD', index) }
+        seen_index = { at = now, clean = #due < PRUNE, live = redis.call('ZCARD', index),
+                       waiting = {} }
         indexes[index] = seen_index
+      end
+      if seen_index.live + #fresh > quota then
+        -- A waiting entry may already have been in the index: count exactly before refusing.
+        add_waiting(index)
       end
       local live = seen_index.live
       if live + #fresh > quota then
@@ -593,19 +635,19 @@ local function check_one(KEYS, ARGV, clock)
         end
         return { OVER_QUOTA, now, live, whole_ms(wait) }
       end
-      local scored = {}
+      local waiting = seen_index.waiting
       for _, key in ipairs(fresh) do
-        scored[#scored + 1] = now + key[2]
-        scored[#scored + 1] = key[1]
+        waiting[#waiting + 1] = now + key[2]
+        waiting[#waiting + 1] = key[1]
       end
-      seen_index.live = live + redis.call('ZADD', index, unpack(scored))
+      seen_index.live = live + #fresh
     end
   end
 
   -- Phase 2: commit all admitted consumption, or only the penalties (nothing in a dry run).
   for i = 1, (dry_run and 0 or n) do
     local r = rules[i]
-    local state = to_write(r)
+    local state = to_write(r, allowed)
     if state then
       write(KEYS[i], r.algorithm, state, r.ttl, r.P)
     end
@@ -654,7 +696,7 @@ local function check_one(KEYS, ARGV, clock)
     if #held > 0 then
       redis.call('DEL', lease_key)
       redis.call('HSET', lease_key, 'r', cjson.encode(held))
-      redis.call('PEXPIRE', lease_key, lease_ttl())
+      redis.call('PEXPIRE', lease_key, lease_ttl(rules))
     end
   end
 
@@ -714,22 +756,26 @@ local function redis_time()
   return time_ms
 end
 
-if ARGV[1] ~= 'batch' then
-  return check_one(KEYS, ARGV, redis_time)
+if ARGV[1] ~= 'batch' and ARGV[1] ~= 'resend' then
+  local reply = check_one(KEYS, ARGV, redis_time)
+  add_all_waiting()
+  return reply
 end
 
--- A batch (see the header): the call's own record first, so that a resend after a lost reply
--- returns every check's first decision.
+-- A batch (see the header). A resend looks for the call's own record first, so that a resend
+-- after a lost reply returns every check's first decision; a first send has none to find.
 local record, field, record_ttl = KEYS[1], ARGV[2], tonumber(ARGV[3])
-local seen = redis.call('HGET', record, field)
-if seen then
-  local replies = decode_record(seen)
-  for _, reply in ipairs(replies) do
-    if reply[1] == 0 then
-      reply[1] = 1
+if ARGV[1] == 'resend' then
+  local seen = redis.call('HGET', record, field)
+  if seen then
+    local replies = decode_record(seen)
+    for _, reply in ipairs(replies) do
+      if reply[1] == 0 then
+        reply[1] = 1
+      end
     end
+    return encode_record(replies)
   end
-  return encode_record(replies)
 end
 
 local m = tonumber(ARGV[4])
@@ -738,13 +784,9 @@ gathered = { order = {} }
 local key_at, arg_at = 1, 4 + 2 * m
 for j = 1, m do
   local key_count, arg_count = tonumber(ARGV[3 + 2 * j]), tonumber(ARGV[4 + 2 * j])
-  local keys, args = {}, {}
-  for i = 1, key_count do
-    keys[i] = KEYS[key_at + i]
-  end
-  for i = 1, arg_count do
-    args[i] = ARGV[arg_at + i]
-  end
+  -- Built at their size in one step: filled one by one, a table grows (and is copied) five times.
+  local keys = { unpack(KEYS, key_at + 1, key_at + key_count) }
+  local args = { unpack(ARGV, arg_at + 1, arg_at + arg_count) }
   key_at, arg_at = key_at + key_count, arg_at + arg_count
   -- A check that fails (a key of the wrong type) is that check's failure, not the batch's.
   local ok, reply = pcall(check_one, keys, args, redis_time)
@@ -757,13 +799,15 @@ for j = 1, m do
   replies[j] = reply
 end
 
+-- One ZADD per live-key index for the keys the whole batch created, not one per check.
+add_all_waiting()
 -- One PFADD per HyperLogLog for the whole batch, not one per check.
 for _, active_key in ipairs(gathered.order) do
   mark_active(active_key, gathered[active_key])
 end
 local packed = encode_record(replies)
 redis.call('HSET', record, field, packed)
-if redis.call('PTTL', record) < record_ttl then
-  redis.call('PEXPIRE', record, record_ttl)
-end
+-- Every write to this hash asks for the same TTL (it is in the key's name), at a Redis time no
+-- earlier than the last: the expiry only moves later, and every field lives its TTL.
+redis.call('PEXPIRE', record, record_ttl)
 return packed

@@ -16,7 +16,7 @@ use super::check::{
     CheckOutcome, CheckRequest, LimiterError, Released, Settlement, MAX_RULES, REQUEST_ID_TTL,
     SETTLED_TTL,
 };
-use crate::redis_client::{self, keys, RedisClient};
+use crate::redis_client::{self, keys, Attempt, RedisClient};
 
 /// The check script, hashed once.
 static CHECK: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(CHECK_SOURCE));
@@ -211,8 +211,8 @@ impl Drop for Flusher {
 
 /// Sends `batch` (checks of `tenant`) as one call and hands each check its reply.
 async fn send_batch(redis: &RedisClient, tenant: &str, batch: Vec<Waiting>) {
-    let record = keys::CallRecord::new(tenant, batch[0].now_ms);
     let ttl = call_ttl_ms(redis);
+    let record = keys::CallRecord::new(tenant, batch[0].now_ms, ttl);
     let calls = u32::try_from(batch.len()).unwrap_or(u32::MAX);
     let result: Result<Vec<u8>, redis_client::Error> = redis
         .run_script_as(
@@ -221,7 +221,7 @@ async fn send_batch(redis: &RedisClient, tenant: &str, batch: Vec<Waiting>) {
             &record.key,
             calls,
             batch_room(&record, &batch),
-            |cmd| add_batch_args(cmd, &record, ttl, &batch),
+            |cmd, attempt| add_batch_args(cmd, &record, ttl, &batch, attempt),
         )
         .await;
     let result = result.map(|packed| batch_reply::decode(&packed));
@@ -278,8 +278,16 @@ fn batch_room(record: &keys::CallRecord, batch: &[Waiting]) -> (usize, usize) {
     (count, bytes)
 }
 
-/// A batch's `numkeys KEYS… ARGV…`, as `lua/check.lua`'s header documents it.
-fn add_batch_args(cmd: &mut redis::Cmd, record: &keys::CallRecord, ttl: i64, batch: &[Waiting]) {
+/// A batch's `numkeys KEYS… ARGV…`, as `lua/check.lua`'s header documents it: a first send
+/// says `batch`, and the script skips looking for a record no send can have written yet; a
+/// later one says `resend`, and the script returns the record when an earlier send ran.
+fn add_batch_args(
+    cmd: &mut redis::Cmd,
+    record: &keys::CallRecord,
+    ttl: i64,
+    batch: &[Waiting],
+    attempt: Attempt,
+) {
     cmd.arg(1 + batch.iter().map(|w| w.key_count).sum::<usize>());
     cmd.arg(&record.key);
     for w in batch {
@@ -287,10 +295,11 @@ fn add_batch_args(cmd: &mut redis::Cmd, record: &keys::CallRecord, ttl: i64, bat
             cmd.arg(key);
         }
     }
-    cmd.arg("batch")
-        .arg(record.field())
-        .arg(ttl)
-        .arg(batch.len());
+    let word = match attempt {
+        Attempt::First => "batch",
+        Attempt::Again => "resend",
+    };
+    cmd.arg(word).arg(record.field()).arg(ttl).arg(batch.len());
     for w in batch {
         cmd.arg(w.key_count)
             .arg(w.call.args_iter().len() - 1 - w.key_count);

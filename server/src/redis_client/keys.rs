@@ -181,10 +181,14 @@ pub const CALL_SLOT_MS: i64 = 250;
 
 /// The idempotency record of one limiter call the server makes without a caller's
 /// `request_id`: field [`CallRecord::field`] (32 random hex digits) of the hash
-/// `slq:{<tenant>}:<slot>`, which every such call of the tenant in the same
-/// [`CALL_SLOT_MS`] shares. A key of its own per call made Redis create and expire one key
-/// per check, and its expiry cycle then stalled every client for up to 25 ms
-/// (docs/BENCHMARKS.md); one hash a slot is a few keys a second however busy the tenant.
+/// `slq:{<tenant>}:<slot>:<ttl ms>`, which every such call of the tenant in the same
+/// [`CALL_SLOT_MS`] that keeps its record as long shares. A key of its own per call made Redis
+/// create and expire one key per check, and its expiry cycle then stalled every client for up
+/// to 25 ms (docs/BENCHMARKS.md); one hash a slot is a few keys a second however busy the
+/// tenant. The TTL in the name means every write to a hash asks for the same TTL, so the
+/// script sets it with one plain `PEXPIRE`, which can only push the expiry later: an instance
+/// that keeps its records a shorter time writes to a hash of its own rather than cutting
+/// another's records short.
 #[derive(Debug)]
 pub struct CallRecord {
     pub key: String,
@@ -193,14 +197,19 @@ pub struct CallRecord {
 
 impl CallRecord {
     /// A fresh record for a call made at `now_ms` (the slot only groups records: any clock
-    /// will do).
-    pub fn new(tenant: &str, now_ms: i64) -> Self {
-        use std::fmt::Write;
-        let mut key = String::with_capacity(27 + tenant.len());
+    /// will do), kept `ttl_ms`.
+    pub fn new(tenant: &str, now_ms: i64, ttl_ms: i64) -> Self {
+        let mut slot = itoa::Buffer::new();
+        let mut ttl = itoa::Buffer::new();
+        let slot = slot.format(now_ms.div_euclid(CALL_SLOT_MS));
+        let ttl = ttl.format(ttl_ms);
+        let mut key = String::with_capacity(8 + tenant.len() + slot.len() + ttl.len());
         key.push_str("slq:{");
         key.push_str(tenant);
         key.push_str("}:");
-        let _ = write!(key, "{}", now_ms.div_euclid(CALL_SLOT_MS));
+        key.push_str(slot);
+        key.push(':');
+        key.push_str(ttl);
         let mut field = [0_u8; 32];
         // 16 bytes fill exactly 32 hex digits, so this cannot fail.
         let _ = hex::encode_to_slice(rand::random::<[u8; 16]>(), &mut field);
@@ -296,14 +305,19 @@ mod tests {
         assert_eq!(bucket("t1", "r1", None), "sl:{t1}:r1:*");
         assert_eq!(bucket("t1", "r1", Some("user-42")), "sl:{t1}:r1:s:user-42");
         assert!(request("t1", "req-1").starts_with("slr:{t1}:"));
-        let call = CallRecord::new("t1", 1_000);
-        assert_eq!(call.key, "slq:{t1}:4");
-        assert_eq!(CallRecord::new("t1", 1_249).key, call.key, "one slot");
-        assert_eq!(CallRecord::new("t1", 1_250).key, "slq:{t1}:5");
-        assert_eq!(CallRecord::new("t1", -1).key, "slq:{t1}:-1");
+        let call = CallRecord::new("t1", 1_000, 8_000);
+        assert_eq!(call.key, "slq:{t1}:4:8000");
+        assert_eq!(
+            CallRecord::new("t1", 1_249, 8_000).key,
+            call.key,
+            "one slot"
+        );
+        assert_eq!(CallRecord::new("t1", 1_250, 8_000).key, "slq:{t1}:5:8000");
+        assert_eq!(CallRecord::new("t1", 1_000, 1_000).key, "slq:{t1}:4:1000");
+        assert_eq!(CallRecord::new("t1", -1, 8_000).key, "slq:{t1}:-1:8000");
         assert_eq!(call.field().len(), 32);
         assert!(call.field().bytes().all(|b| b.is_ascii_hexdigit()));
-        assert_ne!(call.field(), CallRecord::new("t1", 1_000).field());
+        assert_ne!(call.field(), CallRecord::new("t1", 1_000, 8_000).field());
     }
 
     #[test]

@@ -470,25 +470,47 @@ impl RedisClient {
     ///
     /// When the connection turns out to be dead (Redis restarted, the socket was reset) its
     /// connection manager reconnects, and the command is sent once more on it, then on each
-    /// other connection of the pool, all within the same deadline. A script call that changes counters carries an idempotency id (see
-    /// `lua/check.lua`), so that second send cannot consume twice.
+    /// other connection of the pool, all within the same deadline. A script call that changes
+    /// counters carries an idempotency id (see `lua/check.lua`), so that second send cannot
+    /// consume twice.
     async fn send<T: redis::FromRedisValue + Send + 'static>(
         &self,
         cmd: &redis::Cmd,
         deadline: tokio::time::Instant,
     ) -> Result<T, Error> {
+        self.send_again_as(cmd, || None, deadline).await
+    }
+
+    /// [`RedisClient::send`], but a send after the first uses the command `again` builds
+    /// (once), when it builds one: a script call that may already have run says so, and only
+    /// then pays for looking its record up.
+    async fn send_again_as<T: redis::FromRedisValue + Send + 'static>(
+        &self,
+        cmd: &redis::Cmd,
+        again: impl FnOnce() -> Option<redis::Cmd>,
+        deadline: tokio::time::Instant,
+    ) -> Result<T, Error> {
         let first = self.next.fetch_add(1, Ordering::Relaxed);
         // The same connection once more (its manager has reconnected it), then each other
         // connection of the pool in turn: after a restart they reconnect one by one.
-        let attempts = std::iter::once(first).chain((0..self.conns.len()).map(|k| first + k));
+        let mut attempts = std::iter::once(first).chain((0..self.conns.len()).map(|k| first + k));
         let mut result = Err(Error::Timeout(self.timeout));
-        for i in attempts {
+        if let Some(i) = attempts.next() {
             result = self.send_on(i % self.conns.len(), cmd, deadline).await;
+        }
+        let mut again = Some(again);
+        let mut resent = None;
+        for i in attempts {
             match &result {
                 Err(Error::Redis { source, .. })
                     if source.is_connection_dropped() || source.is_io_error() => {}
                 _ => break,
             }
+            if let Some(build) = again.take() {
+                resent = build();
+            }
+            let cmd = resent.as_ref().unwrap_or(cmd);
+            result = self.send_on(i % self.conns.len(), cmd, deadline).await;
         }
         result
     }
@@ -560,14 +582,16 @@ impl RedisClient {
         route_key: &str,
         args: impl Fn(&mut redis::Cmd),
     ) -> Result<T, Error> {
-        self.run_script_as(script, source, route_key, 1, (0, 0), args)
+        self.run_script_as(script, source, route_key, 1, (0, 0), |cmd, _| args(cmd))
             .await
     }
 
     /// [`RedisClient::run_script`] for one call that stands for `calls` (a batch of checks):
     /// the breaker counts its failure, and a refusal, that many times. `room` is how many
     /// arguments `args` writes and their bytes, so the command is allocated once (a batch's
-    /// dozens of arguments would otherwise grow it several times).
+    /// dozens of arguments would otherwise grow it several times). `args` is told which
+    /// [`Attempt`] it writes: a send after a lost connection, or the `EVAL` after `NOSCRIPT`, is
+    /// [`Attempt::Again`], since an earlier send may have run.
     pub async fn run_script_as<T: redis::FromRedisValue + Send + 'static>(
         &self,
         script: &redis::Script,
@@ -575,22 +599,31 @@ impl RedisClient {
         route_key: &str,
         calls: u32,
         (arg_count, arg_bytes): (usize, usize),
-        args: impl Fn(&mut redis::Cmd),
+        args: impl Fn(&mut redis::Cmd, Attempt),
     ) -> Result<T, Error> {
         let deadline = tokio::time::Instant::now() + self.timeout;
         self.guarded(Some(route_key), calls, || async {
             // EVALSHA and the script's SHA1 (40 hex digits) lead the arguments.
-            let mut evalsha = redis::Cmd::with_capacity(arg_count + 2, arg_bytes + 48);
-            evalsha.arg("EVALSHA").arg(script.get_hash());
-            args(&mut evalsha);
-            match self.send(&evalsha, deadline).await {
+            let evalsha = |send| {
+                let mut evalsha = redis::Cmd::with_capacity(arg_count + 2, arg_bytes + 48);
+                evalsha.arg("EVALSHA").arg(script.get_hash());
+                args(&mut evalsha, send);
+                evalsha
+            };
+            let first = evalsha(Attempt::First);
+            match self
+                .send_again_as(&first, || Some(evalsha(Attempt::Again)), deadline)
+                .await
+            {
                 Err(Error::Redis { source: e, .. })
                     if e.kind() == redis::ErrorKind::NoScriptError =>
                 {
                     let mut eval =
                         redis::Cmd::with_capacity(arg_count + 2, arg_bytes + source.len() + 4);
                     eval.arg("EVAL").arg(source);
-                    args(&mut eval);
+                    // A send before this one may have run, on a Redis that has lost its
+                    // scripts since (a failover to a replica that never loaded them).
+                    args(&mut eval, Attempt::Again);
                     self.send(&eval, deadline).await
                 }
                 other => other,
@@ -637,6 +670,16 @@ impl RedisClient {
         ranges.sort();
         Ok(Some(ranges))
     }
+}
+
+/// Which send of a script call a command is ([`RedisClient::run_script_as`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attempt {
+    /// The first: nothing of this call can have run yet.
+    First,
+    /// A later one (after a lost connection, or `NOSCRIPT`): an earlier send may have run and
+    /// only its reply been lost.
+    Again,
 }
 
 /// The result of a command run as a task of the client's own runtime: a panic there is

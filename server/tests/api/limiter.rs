@@ -1910,6 +1910,92 @@ async fn a_batch_reads_the_quota_index_once_and_prunes_it_until_nothing_is_due()
     assert!(calls < 64, "64 checks in {calls} calls");
 }
 
+/// One script call of `subjects`' token-bucket checks (a batch, as `lua/check.lua`'s header
+/// lays it out) under a quota of `quota` live keys: each check's first two reply items
+/// (0 or 2 for over the quota, and its allowed flag or the live count).
+async fn batch_of_new_buckets(
+    connection: &mut redis::aio::MultiplexedConnection,
+    subjects: &[&str],
+    quota: i64,
+) -> Vec<(i64, i64)> {
+    let script = redis::Script::new(include_str!("../../../lua/check.lua"));
+    let mut call = script.prepare_invoke();
+    call.key("slq:{q}:1:1000");
+    for subject in subjects {
+        call.key(format!("sl:{{q}}:r:{subject}"))
+            .key("slq:{q}:own")
+            .key("slk:{q}:1")
+            .key("slb:{q}");
+    }
+    call.arg("batch")
+        .arg(uuid::Uuid::new_v4().simple().to_string())
+        .arg(1000)
+        .arg(subjects.len());
+    for _ in subjects {
+        call.arg(4).arg(13);
+    }
+    for _ in subjects {
+        call.arg("")
+            .arg(0)
+            .arg(1)
+            .arg(&["1", "5", "60000", "5", "1", "0", "0"])
+            .arg(0)
+            .arg(quota)
+            .arg("0");
+    }
+    let packed: Vec<u8> = call.invoke_async(connection).await.unwrap();
+    sluice::limiter::batch_reply::decode(&packed)
+        .unwrap()
+        .into_iter()
+        .map(|reply| match reply {
+            redis::Value::Array(items) => match (&items[0], &items[2]) {
+                (redis::Value::Int(kind), redis::Value::Int(flag)) => (*kind, *flag),
+                other => panic!("not a check's reply: {other:?}"),
+            },
+            other => panic!("not a check's reply: {other:?}"),
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_buckets_a_batch_creates_enter_the_quota_index_in_one_zadd_and_the_count_stays_exact() {
+    let server = RedisServer::start();
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+    // Five new buckets in one call: one ZADD for all of them, and the index holds each.
+    server.cli(&["CONFIG", "RESETSTAT"]);
+    let replies = batch_of_new_buckets(&mut connection, &["a", "b", "c", "d", "e"], 100).await;
+    assert_eq!(replies, vec![(0, 1); 5], "all five admitted");
+    assert_eq!(
+        server.command_stats("zadd").0,
+        1,
+        "one ZADD for five buckets"
+    );
+    assert_eq!(server.cli(&["ZCARD", "slb:{q}"]).trim(), "5");
+    // Two entries whose buckets are gone but which are not due yet (as a bucket deleted by
+    // hand leaves, or evicted under memory pressure): "a" is created again and counted new
+    // while its entry waits; "f" would then pass a quota of 6, so the call adds what waits
+    // first, learns "a" was already indexed, and admits "f" exactly as separate calls would.
+    server.cli(&["DEL", "sl:{q}:r:a", "sl:{q}:r:b"]);
+    let replies = batch_of_new_buckets(&mut connection, &["a", "f", "g"], 6).await;
+    assert_eq!(
+        replies,
+        vec![(0, 1), (0, 1), (2, 6)],
+        "a and f fit in 6 live keys; g finds 6 and is refused"
+    );
+    let mut indexed: Vec<String> = server
+        .cli(&["ZRANGE", "slb:{q}", "0", "-1"])
+        .lines()
+        .map(|member| member.trim().to_owned())
+        .collect();
+    indexed.sort();
+    let expected: Vec<String> = ["a", "b", "c", "d", "e", "f"]
+        .iter()
+        .map(|s| format!("sl:{{q}}:r:{s}"))
+        .collect();
+    assert_eq!(indexed, expected, "each bucket indexed once, g not at all");
+}
+
 #[tokio::test]
 async fn a_bucket_that_outlived_its_index_entry_is_rescored_and_still_counted() {
     // The index scores a bucket by the expiry it was created with; written again, the bucket
@@ -1979,7 +2065,7 @@ async fn a_call_record_written_as_json_by_an_earlier_script_still_answers_a_rese
             .key("slq:{t}:own")
             .key("slk:{t}:1")
             .key("slb:{t}")
-            .arg("batch")
+            .arg("resend")
             .arg(field)
             .arg(1000)
             .arg(1)

@@ -533,22 +533,89 @@ async fn an_instance_with_a_shorter_deadline_never_cuts_another_instances_call_r
     let patient = connect(Duration::from_secs(2)).await.unwrap();
     let hasty = connect(Duration::from_millis(250)).await.unwrap();
     let tenant = uuid::Uuid::new_v4().to_string();
-    // One clock for both checks, so both records fall into the same quarter second's hash.
+    // One clock for every check, so all records fall into the same quarter second.
     let now = 1_000_000_000_i64;
     let request = one_unit_check(&tenant, Some(now));
     assert!(patient.check(&request).await.unwrap().allowed);
     assert!(hasty.check(&request).await.unwrap().allowed);
-    let slot = format!("slq:{{{tenant}}}:{}", now / 250);
-    assert_eq!(
-        redis.cli(&["HLEN", &slot]).trim(),
-        "2",
-        "both records in {slot}"
-    );
-    let ttl: i64 = redis.cli(&["PTTL", &slot]).trim().parse().unwrap();
+    assert!(patient.check(&request).await.unwrap().allowed);
+    assert!(hasty.check(&request).await.unwrap().allowed);
+    // Each instance's records share a hash with those kept as long, named with their TTL.
+    let slot = now / 250;
+    let long = format!("slq:{{{tenant}}}:{slot}:8000");
+    let short = format!("slq:{{{tenant}}}:{slot}:1000");
+    let mut records = redis
+        .cli(&["KEYS", &format!("slq:{{{tenant}}}:*")])
+        .lines()
+        .map(|k| k.trim().to_owned())
+        .collect::<Vec<_>>();
+    records.sort();
+    assert_eq!(records, vec![short.clone(), long.clone()]);
+    assert_eq!(redis.cli(&["HLEN", &long]).trim(), "2", "both in {long}");
+    assert_eq!(redis.cli(&["HLEN", &short]).trim(), "2", "both in {short}");
+    let ttl = |key: &str| -> i64 { redis.cli(&["PTTL", key]).trim().parse().unwrap() };
     assert!(
-        ttl > 6_000,
-        "the first instance's record still has most of its 8 s: {ttl} ms"
+        ttl(&long) > 6_000,
+        "the first instance's records still have most of their 8 s: {} ms",
+        ttl(&long)
     );
+    assert!(
+        (1..=1_000).contains(&ttl(&short)),
+        "the second's are kept its 1 s: {} ms",
+        ttl(&short)
+    );
+}
+
+/// A call's first send cannot have a record to find, so the script writes one without looking
+/// (`HSET` and one `PEXPIRE`, no `HGET` and no `PTTL`); only a resend looks
+/// (`a_check_resent_after_its_reply_was_lost_is_counted_once`).
+#[tokio::test]
+async fn a_first_send_writes_its_record_without_looking_for_one() {
+    use sluice::config::LimiterTarget;
+    use sluice::limiter::{Limiter, RedisOptions};
+
+    let redis = RedisServer::start();
+    let options = RedisOptions {
+        timeout: Duration::from_secs(2),
+        connections: 1,
+    };
+    let limiter = Limiter::connect(&LimiterTarget::Redis(redis.url()), options)
+        .await
+        .unwrap();
+    let tenant = uuid::Uuid::new_v4().to_string();
+    let request = one_unit_check(&tenant, None);
+    // The first call loads the script (`NOSCRIPT`, then `EVAL`), which looks for a record: an
+    // earlier send may have run on a Redis that has lost its scripts since.
+    assert!(limiter.check(&request).await.unwrap().allowed);
+    assert_eq!(redis.command_stats("eval").0, 1, "the script loaded");
+    redis.cli(&["CONFIG", "RESETSTAT"]);
+    for _ in 0..3 {
+        assert!(limiter.check(&request).await.unwrap().allowed);
+    }
+    assert_eq!(redis.command_stats("evalsha").0, 3, "three calls");
+    assert_eq!(redis.command_stats("hget").0, 0, "no record looked up");
+    assert_eq!(redis.command_stats("pttl").0, 0, "no TTL read");
+    assert_eq!(
+        redis.command_stats("hset").0,
+        6,
+        "a bucket and a record a call"
+    );
+    let records = redis.cli(&["KEYS", &format!("slq:{{{tenant}}}:*")]);
+    let fields: usize = records
+        .lines()
+        .map(|k| {
+            redis
+                .cli(&["HLEN", k.trim()])
+                .trim()
+                .parse::<usize>()
+                .unwrap()
+        })
+        .sum();
+    assert_eq!(fields, 4, "one record a call, in {records:?}");
+    for key in records.lines() {
+        let ttl: i64 = redis.cli(&["PTTL", key.trim()]).trim().parse().unwrap();
+        assert!((1..=8_000).contains(&ttl), "{key} is kept 8 s: {ttl} ms");
+    }
 }
 
 #[tokio::test]
