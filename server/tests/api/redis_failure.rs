@@ -446,24 +446,29 @@ async fn a_check_resent_after_its_reply_was_lost_is_counted_once() {
         "",
         "no key of its own"
     );
-    let pattern = format!("slq:{{{tenant}}}:*");
-    let slots = redis.cli(&["KEYS", &pattern]);
-    let fields: usize = slots
+    assert_call_records(&redis, &tenant, 2);
+}
+
+/// Asserts that `tenant`'s call records hold `calls` fields in all (one a call), in hashes that
+/// each expire within 4 deadlines of 2 s.
+fn assert_call_records(redis: &RedisServer, tenant: &str, calls: usize) {
+    let records = redis.cli(&["KEYS", &format!("slq:{{{tenant}}}:*")]);
+    let fields: usize = records
         .lines()
-        .map(|slot| {
+        .map(|key| {
             redis
-                .cli(&["HLEN", slot.trim()])
+                .cli(&["HLEN", key.trim()])
                 .trim()
                 .parse::<usize>()
                 .unwrap()
         })
         .sum();
-    assert_eq!(fields, 2, "one record a call, in {slots:?}");
-    for slot in slots.lines() {
-        let ttl: i64 = redis.cli(&["PTTL", slot.trim()]).trim().parse().unwrap();
+    assert_eq!(fields, calls, "one record a call, in {records:?}");
+    for key in records.lines() {
+        let ttl: i64 = redis.cli(&["PTTL", key.trim()]).trim().parse().unwrap();
         assert!(
             (1..=8_000).contains(&ttl),
-            "{slot} expires within 4 deadlines: {ttl} ms"
+            "{key} expires within 4 deadlines: {ttl} ms"
         );
     }
 }
@@ -600,22 +605,7 @@ async fn a_first_send_writes_its_record_without_looking_for_one() {
         6,
         "a bucket and a record a call"
     );
-    let records = redis.cli(&["KEYS", &format!("slq:{{{tenant}}}:*")]);
-    let fields: usize = records
-        .lines()
-        .map(|k| {
-            redis
-                .cli(&["HLEN", k.trim()])
-                .trim()
-                .parse::<usize>()
-                .unwrap()
-        })
-        .sum();
-    assert_eq!(fields, 4, "one record a call, in {records:?}");
-    for key in records.lines() {
-        let ttl: i64 = redis.cli(&["PTTL", key.trim()]).trim().parse().unwrap();
-        assert!((1..=8_000).contains(&ttl), "{key} is kept 8 s: {ttl} ms");
-    }
+    assert_call_records(&redis, &tenant, 4);
 }
 
 #[tokio::test]
