@@ -121,17 +121,15 @@ if redis.replicate_commands then
   redis.replicate_commands()
 end
 
-local ALLOW, DENY, NEVER = 1, 0, -1
-local OVER_QUOTA = 2
+-- The chunk runs again on every call, and Lua makes each function it defines anew, with an
+-- upvalue for every local of the chunk the function uses. So the constants live in the
+-- functions that use them (a local constant costs one load a call of its function, an upvalue
+-- a few hundred instructions a script call), and the seven algorithms are the branches of one
+-- function rather than seven (each function defined costs a call about a thousand
+-- instructions, used or not): docs/BENCHMARKS.md, "The functions a call of the script makes".
+
 -- The first item of a batched check's reply when the check failed (its error follows).
 local FAILED = 3
--- The most index entries one call examines when it makes room.
-local PRUNE = 100
-local MARGIN = 1000
--- How long a minute's active-key HyperLogLog lives: the 5-minute window plus a margin.
-local ACTIVE_TTL_MS = 7 * 60 * 1000
--- Slack for doubles that refilled to exactly the cost but read a few ulps short (model.rs).
-local EPSILON = 1e-9
 
 -- The state of the check being decided, which the helpers below read: its clock, its lease
 -- id (or nil), and the buckets it found absent (so writing them creates them), for the quota.
@@ -139,8 +137,8 @@ local now, lease_id, absent
 
 -- A whole number below 2^53 prints the same digits with %d, which skips the slow
 -- multi-precision path %.17g takes for the 13 digits of a time in ms.
-local WHOLE = 2 ^ 53
 local function fmt(x)
+  local WHOLE = 2 ^ 53
   if x == math.floor(x) and x ~= 0 and x < WHOLE and x > -WHOLE then
     return string.format('%d', x)
   end
@@ -195,6 +193,8 @@ local gathered = nil
 -- 0.81%). It gets its expiry when this call created it; a minute's key is written only in
 -- that minute, so the expiry is never pushed back.
 local function mark_active(active_key, members)
+  -- How long a minute's active-key HyperLogLog lives: the 5-minute window plus a margin.
+  local ACTIVE_TTL_MS = 7 * 60 * 1000
   local fresh = redis.call('EXISTS', active_key) == 0
   redis.call('PFADD', active_key, unpack(members))
   if fresh then
@@ -211,6 +211,7 @@ end
 
 -- A decision: verdict, remaining, reset_after_ms, retry_after_ms.
 local function decision(v, remaining, reset, retry)
+  local DENY = 0
   local r = 0
   if v == DENY then
     r = math.max(whole_ms(retry), 1)
@@ -228,109 +229,6 @@ local function read_hash(key, ...)
   return values
 end
 
--- Each algorithm returns: decision, state to write if admitted, state to write on a
--- penalised denial, ttl. A state is a flat list of hash field/value pairs, or for the log
--- a table { entry = {time, cost} }.
-
-local function token_bucket(key, L, P, B, c, now, penalty)
-  local s = read_hash(key, 'v', 't')
-  local tokens, ts = s[1], s[2]
-  if tokens == nil or ts == nil then
-    tokens, ts = B, now
-  end
-  now = math.max(now, ts)
-  tokens = math.min(B, tokens + (now - ts) * L / P)
-  local ttl = whole_ms((B - math.min(0, tokens)) * P / L + MARGIN)
-  if c > B then
-    return decision(NEVER, tokens, (B - tokens) * P / L, 0), nil, nil, ttl
-  end
-  if tokens + EPSILON >= c then
-    local left = math.max(0, tokens - c)
-    return decision(ALLOW, left, (B - left) * P / L, 0), { 'v', fmt(left), 't', fmt(now) }, nil, ttl
-  end
-  if penalty then
-    tokens = math.min(tokens, math.max(0, tokens - c))
-  end
-  local d = decision(DENY, tokens, (B - tokens) * P / L, (c - tokens) * P / L)
-  return d, nil, penalty and { 'v', fmt(tokens), 't', fmt(now) } or nil, ttl
-end
-
-local function gcra(key, L, P, B, c, now, penalty)
-  local t = P / L
-  local tau = B * t
-  local s = read_hash(key, 'v', 't')
-  local backlog, ts = s[1], s[2]
-  if backlog == nil or ts == nil then
-    backlog, ts = 0, now
-  end
-  now = math.max(now, ts)
-  backlog = math.max(0, backlog - (now - ts))
-  local ttl = whole_ms(math.max(tau, backlog) + MARGIN)
-  if c > B then
-    return decision(NEVER, math.max(0, (tau - backlog) / t), backlog, 0), nil, nil, ttl
-  end
-  local after = backlog + c * t
-  if after <= tau + EPSILON * t then
-    local d = decision(ALLOW, math.max(0, (tau - after) / t), after, 0)
-    return d, { 'v', fmt(after), 't', fmt(now) }, nil, ttl
-  end
-  if penalty then
-    backlog = math.max(backlog, math.min(after, tau))
-  end
-  local d = decision(DENY, math.max(0, (tau - backlog) / t), backlog, backlog + c * t - tau)
-  return d, nil, penalty and { 'v', fmt(backlog), 't', fmt(now) } or nil, ttl
-end
-
-local function leaky_bucket(key, L, P, B, c, now, penalty)
-  local s = read_hash(key, 'v', 't')
-  local level, ts = s[1], s[2]
-  if level == nil or ts == nil then
-    level, ts = 0, now
-  end
-  now = math.max(now, ts)
-  level = math.max(0, level - (now - ts) * L / P)
-  local ttl = whole_ms(math.max(B, level) * P / L + MARGIN)
-  if c > B then
-    return decision(NEVER, B - level, level * P / L, 0), nil, nil, ttl
-  end
-  if level + c <= B + EPSILON then
-    local filled = math.min(B, level + c)
-    return decision(ALLOW, B - filled, filled * P / L, 0), { 'v', fmt(filled), 't', fmt(now) }, nil, ttl
-  end
-  if penalty then
-    level = math.max(level, math.min(B, level + c))
-  end
-  local d = decision(DENY, B - level, level * P / L, (level + c - B) * P / L)
-  return d, nil, penalty and { 'v', fmt(level), 't', fmt(now) } or nil, ttl
-end
-
-local function fixed_window(key, L, P, B, c, now, penalty)
-  local s = read_hash(key, 'v', 'w', 't')
-  local count, window, ts = s[1], s[2], s[3]
-  if count == nil or window == nil or ts == nil then
-    count, window, ts = 0, math.floor(now / P), now
-  end
-  now = math.max(now, ts)
-  local w = math.floor(now / P)
-  if w ~= window then
-    count, window = 0, w
-  end
-  local ends_in = (window + 1) * P - now
-  local ttl = whole_ms(ends_in + MARGIN)
-  if c > L then
-    return decision(NEVER, L - count, ends_in, 0), nil, nil, ttl
-  end
-  if count + c <= L then
-    local d = decision(ALLOW, L - (count + c), ends_in, 0)
-    return d, { 'v', fmt(count + c), 'w', fmt(window), 't', fmt(now) }, nil, ttl
-  end
-  if penalty then
-    count = math.max(count, math.min(L, count + c))
-  end
-  local d = decision(DENY, L - count, ends_in, ends_in)
-  return d, nil, penalty and { 'v', fmt(count), 'w', fmt(window), 't', fmt(now) } or nil, ttl
-end
-
 -- When a sliding window would hold nothing: after the next window ends if the current one
 -- holds `count`, after this one if only the previous one holds some.
 local function window_reset(count, prev, left_in_window, P)
@@ -342,131 +240,227 @@ local function window_reset(count, prev, left_in_window, P)
   return 0
 end
 
-local function sliding_window(key, L, P, B, c, now, penalty)
-  local s = read_hash(key, 'p', 'v', 'w', 't')
-  local prev, cur, window, ts = s[1], s[2], s[3], s[4]
-  if prev == nil or cur == nil or window == nil or ts == nil then
-    prev, cur, window, ts = 0, 0, math.floor(now / P), now
-  end
-  now = math.max(now, ts)
-  local w = math.floor(now / P)
-  if w == window + 1 then
-    prev, cur = cur, 0
-  elseif w > window + 1 then
-    prev, cur = 0, 0
-  end
-  window = w
-  local into = now - w * P
-  local left_in_window = P - into
-  local estimate = prev * (left_in_window / P) + cur
-  local ttl = whole_ms(left_in_window + P + MARGIN)
-  if c > L then
+-- Decides one rule by its algorithm (the codes of ARGV[4+7i]), writing nothing. Returns the
+-- decision, the state to write if admitted, the state to write on a penalised denial, and the
+-- bucket's TTL. A state is a flat list of hash field/value pairs, or for the log a table
+-- { entry = {time, cost} }, for a lease { lease = {expiry, slots} }.
+local function decide_rule(algorithm, key, L, P, B, c, now, penalty)
+  -- Verdicts, as the reply gives them.
+  local ALLOW, DENY, NEVER = 1, 0, -1
+  -- Every bucket's TTL covers a full refill, and a second more.
+  local MARGIN = 1000
+  -- Slack for doubles that refilled to exactly the cost but read a few ulps short (model.rs).
+  local EPSILON = 1e-9
+  if algorithm == 1 then -- token bucket
+    local s = read_hash(key, 'v', 't')
+    local tokens, ts = s[1], s[2]
+    if tokens == nil or ts == nil then
+      tokens, ts = B, now
+    end
+    now = math.max(now, ts)
+    tokens = math.min(B, tokens + (now - ts) * L / P)
+    local ttl = whole_ms((B - math.min(0, tokens)) * P / L + MARGIN)
+    if c > B then
+      return decision(NEVER, tokens, (B - tokens) * P / L, 0), nil, nil, ttl
+    end
+    if tokens + EPSILON >= c then
+      local left = math.max(0, tokens - c)
+      return decision(ALLOW, left, (B - left) * P / L, 0), { 'v', fmt(left), 't', fmt(now) }, nil, ttl
+    end
+    if penalty then
+      tokens = math.min(tokens, math.max(0, tokens - c))
+    end
+    local d = decision(DENY, tokens, (B - tokens) * P / L, (c - tokens) * P / L)
+    return d, nil, penalty and { 'v', fmt(tokens), 't', fmt(now) } or nil, ttl
+  elseif algorithm == 2 then -- gcra
+    local t = P / L
+    local tau = B * t
+    local s = read_hash(key, 'v', 't')
+    local backlog, ts = s[1], s[2]
+    if backlog == nil or ts == nil then
+      backlog, ts = 0, now
+    end
+    now = math.max(now, ts)
+    backlog = math.max(0, backlog - (now - ts))
+    local ttl = whole_ms(math.max(tau, backlog) + MARGIN)
+    if c > B then
+      return decision(NEVER, math.max(0, (tau - backlog) / t), backlog, 0), nil, nil, ttl
+    end
+    local after = backlog + c * t
+    if after <= tau + EPSILON * t then
+      local d = decision(ALLOW, math.max(0, (tau - after) / t), after, 0)
+      return d, { 'v', fmt(after), 't', fmt(now) }, nil, ttl
+    end
+    if penalty then
+      backlog = math.max(backlog, math.min(after, tau))
+    end
+    local d = decision(DENY, math.max(0, (tau - backlog) / t), backlog, backlog + c * t - tau)
+    return d, nil, penalty and { 'v', fmt(backlog), 't', fmt(now) } or nil, ttl
+  elseif algorithm == 3 then -- leaky bucket
+    local s = read_hash(key, 'v', 't')
+    local level, ts = s[1], s[2]
+    if level == nil or ts == nil then
+      level, ts = 0, now
+    end
+    now = math.max(now, ts)
+    level = math.max(0, level - (now - ts) * L / P)
+    local ttl = whole_ms(math.max(B, level) * P / L + MARGIN)
+    if c > B then
+      return decision(NEVER, B - level, level * P / L, 0), nil, nil, ttl
+    end
+    if level + c <= B + EPSILON then
+      local filled = math.min(B, level + c)
+      return decision(ALLOW, B - filled, filled * P / L, 0), { 'v', fmt(filled), 't', fmt(now) }, nil, ttl
+    end
+    if penalty then
+      level = math.max(level, math.min(B, level + c))
+    end
+    local d = decision(DENY, B - level, level * P / L, (level + c - B) * P / L)
+    return d, nil, penalty and { 'v', fmt(level), 't', fmt(now) } or nil, ttl
+  elseif algorithm == 4 then -- fixed window
+    local s = read_hash(key, 'v', 'w', 't')
+    local count, window, ts = s[1], s[2], s[3]
+    if count == nil or window == nil or ts == nil then
+      count, window, ts = 0, math.floor(now / P), now
+    end
+    now = math.max(now, ts)
+    local w = math.floor(now / P)
+    if w ~= window then
+      count, window = 0, w
+    end
+    local ends_in = (window + 1) * P - now
+    local ttl = whole_ms(ends_in + MARGIN)
+    if c > L then
+      return decision(NEVER, L - count, ends_in, 0), nil, nil, ttl
+    end
+    if count + c <= L then
+      local d = decision(ALLOW, L - (count + c), ends_in, 0)
+      return d, { 'v', fmt(count + c), 'w', fmt(window), 't', fmt(now) }, nil, ttl
+    end
+    if penalty then
+      count = math.max(count, math.min(L, count + c))
+    end
+    local d = decision(DENY, L - count, ends_in, ends_in)
+    return d, nil, penalty and { 'v', fmt(count), 'w', fmt(window), 't', fmt(now) } or nil, ttl
+  elseif algorithm == 5 then -- sliding window
+    local s = read_hash(key, 'p', 'v', 'w', 't')
+    local prev, cur, window, ts = s[1], s[2], s[3], s[4]
+    if prev == nil or cur == nil or window == nil or ts == nil then
+      prev, cur, window, ts = 0, 0, math.floor(now / P), now
+    end
+    now = math.max(now, ts)
+    local w = math.floor(now / P)
+    if w == window + 1 then
+      prev, cur = cur, 0
+    elseif w > window + 1 then
+      prev, cur = 0, 0
+    end
+    window = w
+    local into = now - w * P
+    local left_in_window = P - into
+    local estimate = prev * (left_in_window / P) + cur
+    local ttl = whole_ms(left_in_window + P + MARGIN)
+    if c > L then
+      local empty = window_reset(cur, prev, left_in_window, P)
+      return decision(NEVER, math.max(0, L - estimate), empty, 0), nil, nil, ttl
+    end
+    if estimate + c <= L + EPSILON then
+      local empty = window_reset(cur + c, prev, left_in_window, P)
+      local d = decision(ALLOW, math.max(0, L - (estimate + c)), empty, 0)
+      return d, { 'p', fmt(prev), 'v', fmt(cur + c), 'w', fmt(window), 't', fmt(now) }, nil, ttl
+    end
+    if penalty then
+      cur = math.max(cur, math.min(L, cur + c))
+    end
+    estimate = prev * (left_in_window / P) + cur
+    local retry
+    if cur + c <= L and prev > 0 then
+      retry = P - (L - cur - c) * P / prev - into
+    elseif cur > 0 then
+      retry = left_in_window + math.max(0, P - (L - c) * P / cur)
+    else
+      retry = left_in_window
+    end
     local empty = window_reset(cur, prev, left_in_window, P)
-    return decision(NEVER, math.max(0, L - estimate), empty, 0), nil, nil, ttl
+    local d = decision(DENY, math.max(0, L - estimate), empty, retry)
+    return d, nil, penalty and { 'p', fmt(prev), 'v', fmt(cur), 'w', fmt(window), 't', fmt(now) } or nil, ttl
+  elseif algorithm == 6 then -- sliding log
+    local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    absent[key] = newest[2] == nil
+    if newest[2] then
+      now = math.max(now, tonumber(newest[2]))
+    end
+    -- Live entries (time > now - P), oldest first.
+    local raw = redis.call('ZRANGEBYSCORE', key, '(' .. fmt(now - P), '+inf', 'WITHSCORES')
+    local entries, sum = {}, 0
+    for i = 1, #raw, 2 do
+      local cost = tonumber(string.match(raw[i], ':([^:]+)$'))
+      entries[#entries + 1] = { tonumber(raw[i + 1]), cost }
+      sum = sum + cost
+    end
+    local ttl = whole_ms(P + MARGIN)
+    local function reset(list)
+      if #list == 0 then
+        return 0
+      end
+      return list[#list][1] + P - now
+    end
+    if c > L then
+      return decision(NEVER, L - sum, reset(entries), 0), nil, nil, ttl
+    end
+    if sum + c <= L then
+      entries[#entries + 1] = { now, c }
+      local d = decision(ALLOW, L - (sum + c), reset(entries), 0)
+      return d, { entry = { now, c } }, nil, ttl
+    end
+    local penalised = nil
+    if penalty and L - sum > 0 then
+      entries[#entries + 1] = { now, L - sum }
+      penalised = { entry = { now, L - sum } }
+      sum = L
+    end
+    local freed, retry = 0, 0
+    for i = 1, #entries do
+      freed = freed + entries[i][2]
+      if sum - freed + c <= L then
+        retry = entries[i][1] + P - now
+        break
+      end
+    end
+    return decision(DENY, L - sum, reset(entries), retry), nil, penalised, ttl
+  elseif algorithm == 7 then -- concurrency
+    local raw = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+    absent[key] = raw[1] == nil
+    -- Live leases (expiry > now), soonest first.
+    local live, used, last = {}, 0, now
+    for i = 1, #raw, 2 do
+      local expires = tonumber(raw[i + 1])
+      if expires > now then
+        local slots = tonumber(string.match(raw[i], ':([^:]+)$'))
+        live[#live + 1] = { expires, slots }
+        used = used + slots
+        last = math.max(last, expires)
+      end
+    end
+    local ttl = whole_ms(math.max(last - now, P) + MARGIN)
+    if c > L then
+      return decision(NEVER, L - used, last - now, 0), nil, nil, ttl
+    end
+    if used + c <= L then
+      local d = decision(ALLOW, L - (used + c), math.max(last - now, P), 0)
+      return d, { lease = { now + P, c } }, nil, ttl
+    end
+    local freed, retry = 0, 0
+    for i = 1, #live do
+      freed = freed + live[i][2]
+      if used - freed + c <= L then
+        retry = live[i][1] - now
+        break
+      end
+    end
+    return decision(DENY, L - used, last - now, retry), nil, nil, ttl
   end
-  if estimate + c <= L + EPSILON then
-    local empty = window_reset(cur + c, prev, left_in_window, P)
-    local d = decision(ALLOW, math.max(0, L - (estimate + c)), empty, 0)
-    return d, { 'p', fmt(prev), 'v', fmt(cur + c), 'w', fmt(window), 't', fmt(now) }, nil, ttl
-  end
-  if penalty then
-    cur = math.max(cur, math.min(L, cur + c))
-  end
-  estimate = prev * (left_in_window / P) + cur
-  local retry
-  if cur + c <= L and prev > 0 then
-    retry = P - (L - cur - c) * P / prev - into
-  elseif cur > 0 then
-    retry = left_in_window + math.max(0, P - (L - c) * P / cur)
-  else
-    retry = left_in_window
-  end
-  local empty = window_reset(cur, prev, left_in_window, P)
-  local d = decision(DENY, math.max(0, L - estimate), empty, retry)
-  return d, nil, penalty and { 'p', fmt(prev), 'v', fmt(cur), 'w', fmt(window), 't', fmt(now) } or nil, ttl
 end
-
-local function sliding_log(key, L, P, B, c, now, penalty)
-  local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-  absent[key] = newest[2] == nil
-  if newest[2] then
-    now = math.max(now, tonumber(newest[2]))
-  end
-  -- Live entries (time > now - P), oldest first.
-  local raw = redis.call('ZRANGEBYSCORE', key, '(' .. fmt(now - P), '+inf', 'WITHSCORES')
-  local entries, sum = {}, 0
-  for i = 1, #raw, 2 do
-    local cost = tonumber(string.match(raw[i], ':([^:]+)$'))
-    entries[#entries + 1] = { tonumber(raw[i + 1]), cost }
-    sum = sum + cost
-  end
-  local ttl = whole_ms(P + MARGIN)
-  local function reset(list)
-    if #list == 0 then
-      return 0
-    end
-    return list[#list][1] + P - now
-  end
-  if c > L then
-    return decision(NEVER, L - sum, reset(entries), 0), nil, nil, ttl
-  end
-  if sum + c <= L then
-    entries[#entries + 1] = { now, c }
-    local d = decision(ALLOW, L - (sum + c), reset(entries), 0)
-    return d, { entry = { now, c } }, nil, ttl
-  end
-  local penalised = nil
-  if penalty and L - sum > 0 then
-    entries[#entries + 1] = { now, L - sum }
-    penalised = { entry = { now, L - sum } }
-    sum = L
-  end
-  local freed, retry = 0, 0
-  for i = 1, #entries do
-    freed = freed + entries[i][2]
-    if sum - freed + c <= L then
-      retry = entries[i][1] + P - now
-      break
-    end
-  end
-  return decision(DENY, L - sum, reset(entries), retry), nil, penalised, ttl
-end
-
-local function concurrency(key, L, P, B, c, now, penalty)
-  local raw = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
-  absent[key] = raw[1] == nil
-  -- Live leases (expiry > now), soonest first.
-  local live, used, last = {}, 0, now
-  for i = 1, #raw, 2 do
-    local expires = tonumber(raw[i + 1])
-    if expires > now then
-      local slots = tonumber(string.match(raw[i], ':([^:]+)$'))
-      live[#live + 1] = { expires, slots }
-      used = used + slots
-      last = math.max(last, expires)
-    end
-  end
-  local ttl = whole_ms(math.max(last - now, P) + MARGIN)
-  if c > L then
-    return decision(NEVER, L - used, last - now, 0), nil, nil, ttl
-  end
-  if used + c <= L then
-    local d = decision(ALLOW, L - (used + c), math.max(last - now, P), 0)
-    return d, { lease = { now + P, c } }, nil, ttl
-  end
-  local freed, retry = 0, 0
-  for i = 1, #live do
-    freed = freed + live[i][2]
-    if used - freed + c <= L then
-      retry = live[i][1] - now
-      break
-    end
-  end
-  return decision(DENY, L - used, last - now, retry), nil, nil, ttl
-end
-
-local ALGORITHMS = { token_bucket, gcra, leaky_bucket, fixed_window, sliding_window, sliding_log,
-                     concurrency }
 
 -- The member of this check's lease, ending at `expires` and taking `slots`, in a
 -- concurrency bucket. The time keeps it apart from an earlier lease of the same id (a
@@ -492,6 +486,7 @@ end
 
 -- How long a check's lease record lives: as long as the longest lease it lists.
 local function lease_ttl(rules)
+  local MARGIN = 1000
   local ttl = 0
   for i = 1, #rules do
     if rules[i].algorithm == 7 and rules[i].admitted then
@@ -505,6 +500,7 @@ end
 -- are defined once a call, at the top: one defined inside check_one would be made again for
 -- every check of a batch.)
 local function to_write(r, allowed)
+  local ALLOW = 1
   if allowed then
     return r.admitted
   elseif not r.shadow and r.d.v ~= ALLOW then
@@ -516,6 +512,9 @@ end
 -- Decides one check: KEYS and ARGV as the header documents them (a batch passes each
 -- check's own). `clock` gives Redis's time in ms when ARGV[1] is empty.
 local function check_one(KEYS, ARGV, clock)
+  local ALLOW, OVER_QUOTA = 1, 2
+  -- The most index entries one call examines when it makes room.
+  local PRUNE = 100
   local n = tonumber(ARGV[3])
   local dedup_ttl = tonumber(ARGV[2])
   local dedup_key = KEYS[n + 1]
@@ -562,7 +561,7 @@ local function check_one(KEYS, ARGV, clock)
     local L, P, B = tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4])
     local c = tonumber(ARGV[base + 5])
     local penalty, shadow = ARGV[base + 6] == '1', ARGV[base + 7] == '1'
-    local d, admitted, penalised, ttl = ALGORITHMS[algorithm](KEYS[i], L, P, B, c, now, penalty)
+    local d, admitted, penalised, ttl = decide_rule(algorithm, KEYS[i], L, P, B, c, now, penalty)
     if d.v ~= ALLOW and not shadow then
       allowed = false
     end
