@@ -125,7 +125,7 @@ end
 -- upvalue for every local of the chunk the function uses. So the constants live in the
 -- functions that use them (a local constant costs one load a call of its function, an upvalue
 -- a few hundred instructions a script call), and the seven algorithms are the branches of one
--- function rather than seven (each function defined costs a call about a thousand
+-- function rather than seven (each function defined costs a call over a thousand
 -- instructions, used or not): docs/BENCHMARKS.md, "The functions a call of the script makes".
 
 -- The first item of a batched check's reply when the check failed (its error follows).
