@@ -78,10 +78,15 @@ ARGV[1]      the word `batch` for the call's first send, which skips looking for
              connection, which returns the record when an earlier send ran
 ARGV[2]      the batch's field in KEYS[1] (its reply is kept there, as a call's above)
 ARGV[3]      the record's TTL in ms
-ARGV[4]      m, the number of checks
-ARGV[5..]    per check j: how many keys it has, and how many arguments (ARGV[3+2j], ARGV[4+2j])
-ARGV[5+2m..] each check's arguments as above, one check after the other; a check's own record
-             is off (ARGV[2] 0) unless it carries the caller's request_id or is a dry run
+ARGV[4]      how many keys each check has, in order: a MessagePack array of m integers
+ARGV[5]      each check's arguments as above, in order: a MessagePack array of m arrays, whose
+             numbers are MessagePack integers and whose words (ARGV[1] when empty, the flags,
+             ARGV[4+7n], the marks, the lease id) are strings. A check's own record is off
+             (ARGV[2] 0) unless it carries the caller's request_id or is a dry run. Packed, a
+             check's twenty-odd arguments cost Redis one argument and the script no `tonumber`
+             of a string: each separate argument cost Redis about a thousand instructions and
+             each `tonumber` of one about 1,300 more (scripts/script-instructions,
+             docs/BENCHMARKS.md)
 Reply: one string, the list of the checks' replies in order packed in MessagePack (the bytes
        the batch's record keeps): a reply of nested arrays costs the server's Redis client
        about a thousand instructions a value to parse, one string a few a byte
@@ -669,8 +674,11 @@ local function check_one(KEYS, ARGV, clock)
           end
         end
         local base = 3 + (i - 1) * 7
-        charged[#charged + 1] = { k = KEYS[i], a = r.algorithm, l = ARGV[base + 2],
-          p = ARGV[base + 3], b = ARGV[base + 4], c = ARGV[base + 5], m = fmt(mark) }
+        -- Written as strings of their digits, as a check's own call passes them (a batch's
+        -- arrive as numbers, which cjson would print with 14 significant digits only).
+        charged[#charged + 1] = { k = KEYS[i], a = r.algorithm, l = fmt(tonumber(ARGV[base + 2])),
+          p = fmt(tonumber(ARGV[base + 3])), b = fmt(tonumber(ARGV[base + 4])),
+          c = fmt(tonumber(ARGV[base + 5])), m = fmt(mark) }
       end
     end
     local record = KEYS[n + 4]
@@ -777,18 +785,18 @@ if ARGV[1] == 'resend' then
   end
 end
 
-local m = tonumber(ARGV[4])
+local key_counts = cmsgpack.unpack(ARGV[4])
+local checks = cmsgpack.unpack(ARGV[5])
 local replies = {}
 gathered = { order = {} }
-local key_at, arg_at = 1, 4 + 2 * m
-for j = 1, m do
-  local key_count, arg_count = tonumber(ARGV[3 + 2 * j]), tonumber(ARGV[4 + 2 * j])
-  -- Built at their size in one step: filled one by one, a table grows (and is copied) five times.
+local key_at = 1
+for j = 1, #key_counts do
+  local key_count = key_counts[j]
+  -- Built at its size in one step: filled one by one, a table grows (and is copied) five times.
   local keys = { unpack(KEYS, key_at + 1, key_at + key_count) }
-  local args = { unpack(ARGV, arg_at + 1, arg_at + arg_count) }
-  key_at, arg_at = key_at + key_count, arg_at + arg_count
+  key_at = key_at + key_count
   -- A check that fails (a key of the wrong type) is that check's failure, not the batch's.
-  local ok, reply = pcall(check_one, keys, args, redis_time)
+  local ok, reply = pcall(check_one, keys, checks[j], redis_time)
   if not ok then
     if type(reply) == 'table' and reply.err then
       reply = reply.err

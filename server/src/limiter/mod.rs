@@ -11,6 +11,7 @@
 pub mod batch_reply;
 pub mod check;
 mod memory;
+pub mod packed_args;
 mod redis_backend;
 
 pub use check::{

@@ -11,11 +11,11 @@ use app::rules::Algorithm;
 use redis::Value;
 use tokio::sync::oneshot;
 
-use super::batch_reply;
 use super::check::{
     CheckOutcome, CheckRequest, LimiterError, Released, Settlement, MAX_RULES, REQUEST_ID_TTL,
     SETTLED_TTL,
 };
+use super::{batch_reply, packed_args};
 use crate::redis_client::{self, keys, Attempt, RedisClient};
 
 /// The check script, hashed once.
@@ -49,17 +49,27 @@ pub async fn check(
     } else if request.request_id.is_some() {
         Record::Caller(request.reply_key())
     } else {
-        // The batch's record serves; the key only has to share the tenant's slot.
-        Record::Batch(keys::live_index(&request.tenant))
+        // The batch's record serves.
+        Record::Batch
     };
     let minute = now_ms.div_euclid(60_000);
     let marks = &checks.marks;
     let ids = marks.ids(request);
     let unmarked = marks.unmarked(minute, &ids);
-    // Room for a check's keys and arguments (`add_script_args`), so the call is allocated once.
+    // Room for a check's keys and arguments, so each is allocated once.
     let n = request.rules.len();
-    let mut call = redis::Cmd::with_capacity(12 + 8 * n, 192 + 96 * n);
-    let key_count = add_script_args(&mut call, request, &record, minute, unmarked.as_str());
+    // Made once: without the caller's id, a lease's id is drawn at random.
+    let lease = request.lease_id();
+    let mut keys = redis::Cmd::with_capacity(5 + n, 128 + 64 * n);
+    let key_count = add_script_keys(&mut keys, request, &record, lease.as_deref(), minute);
+    let mut args = Vec::with_capacity(48 + 7 * packed_args::MAX_INT_LEN * n);
+    pack_script_args(
+        &mut args,
+        request,
+        &record,
+        lease.as_deref(),
+        unmarked.as_str(),
+    );
     let (reply, answer) = oneshot::channel();
     // The caller waits at most the client's deadline, however long its batch waited to be sent.
     let deadline = tokio::time::Instant::now() + redis.timeout();
@@ -67,8 +77,9 @@ pub async fn check(
         redis,
         &request.tenant,
         Waiting {
-            call,
+            keys,
             key_count,
+            args,
             now_ms,
             reply,
         },
@@ -126,9 +137,11 @@ struct Queue {
 
 /// A check waiting to be sent.
 struct Waiting {
-    /// `numkeys KEYS… ARGV…` as a call of its own would send them.
-    call: redis::Cmd,
+    /// Its `KEYS`, as a call of its own would send them.
+    keys: redis::Cmd,
     key_count: usize,
+    /// Its `ARGV`, packed as one MessagePack array ([`pack_script_args`]).
+    args: Vec<u8>,
     /// Its clock (names the batch's record slot; any will do).
     now_ms: i64,
     reply: oneshot::Sender<Result<Value, LimiterError>>,
@@ -254,9 +267,9 @@ async fn send_batch(redis: &RedisClient, tenant: &str, batch: Vec<Waiting>) {
     }
 }
 
-/// A check's keys and arguments: its own call without the key count that leads it.
-fn args(w: &Waiting) -> impl Iterator<Item = &[u8]> {
-    w.call.args_iter().skip(1).map(|arg| match arg {
+/// A check's keys.
+fn keys_of(w: &Waiting) -> impl Iterator<Item = &[u8]> {
+    w.keys.args_iter().map(|arg| match arg {
         redis::Arg::Simple(bytes) => bytes,
         redis::Arg::Cursor => &[][..],
     })
@@ -266,21 +279,20 @@ fn args(w: &Waiting) -> impl Iterator<Item = &[u8]> {
 /// number it adds itself is counted at its widest).
 fn batch_room(record: &keys::CallRecord, batch: &[Waiting]) -> (usize, usize) {
     let (mut count, mut bytes) = (
-        6 + 2 * batch.len(),
-        record.key.len() + 64 + 40 * batch.len(),
+        7,
+        record.key.len() + 64 + (packed_args::MAX_INT_LEN + 5) * (batch.len() + 1),
     );
     for w in batch {
-        for arg in args(w) {
-            count += 1;
-            bytes += arg.len();
-        }
+        count += w.key_count;
+        bytes += keys_of(w).map(<[u8]>::len).sum::<usize>() + w.args.len();
     }
     (count, bytes)
 }
 
 /// A batch's `numkeys KEYS… ARGV…`, as `lua/check.lua`'s header documents it: a first send
 /// says `batch`, and the script skips looking for a record no send can have written yet; a
-/// later one says `resend`, and the script returns the record when an earlier send ran.
+/// later one says `resend`, and the script returns the record when an earlier send ran. The
+/// checks' key counts and their arguments travel as two MessagePack arrays.
 fn add_batch_args(
     cmd: &mut redis::Cmd,
     record: &keys::CallRecord,
@@ -291,7 +303,7 @@ fn add_batch_args(
     cmd.arg(1 + batch.iter().map(|w| w.key_count).sum::<usize>());
     cmd.arg(&record.key);
     for w in batch {
-        for key in args(w).take(w.key_count) {
+        for key in keys_of(w) {
             cmd.arg(key);
         }
     }
@@ -299,16 +311,19 @@ fn add_batch_args(
         Attempt::First => "batch",
         Attempt::Again => "resend",
     };
-    cmd.arg(word).arg(record.field()).arg(ttl).arg(batch.len());
+    cmd.arg(word).arg(record.field()).arg(ttl);
+    let mut counts = Vec::with_capacity(5 + packed_args::MAX_INT_LEN * batch.len());
+    packed_args::array(&mut counts, batch.len());
     for w in batch {
-        cmd.arg(w.key_count)
-            .arg(w.call.args_iter().len() - 1 - w.key_count);
+        packed_args::uint(&mut counts, w.key_count as u64);
     }
+    cmd.arg(&counts[..]);
+    let mut checks = Vec::with_capacity(5 + batch.iter().map(|w| w.args.len()).sum::<usize>());
+    packed_args::array(&mut checks, batch.len());
     for w in batch {
-        for arg in args(w).skip(w.key_count) {
-            cmd.arg(arg);
-        }
+        checks.extend_from_slice(&w.args);
     }
+    cmd.arg(&checks[..]);
 }
 
 /// The buckets this instance has added to the current minute's active-key HyperLogLog. The
@@ -418,15 +433,17 @@ enum Record {
     DryRun(String),
     /// The caller's `request_id`: a key of its own, kept [`REQUEST_ID_TTL`].
     Caller(String),
-    /// None of its own: its batch's record keeps it. The key (any of the tenant's) is passed
-    /// but not used.
-    Batch(String),
+    /// None of its own: its batch's record keeps it. A key of the tenant's (its live-key
+    /// index) is passed in its place but not used.
+    Batch,
 }
 
 impl Record {
-    fn key(&self) -> &str {
+    /// The key passed for the record: its own, or else `placeholder`.
+    fn key<'a>(&'a self, placeholder: &'a str) -> &'a str {
         match self {
-            Self::DryRun(key) | Self::Caller(key) | Self::Batch(key) => key,
+            Self::DryRun(key) | Self::Caller(key) => key,
+            Self::Batch => placeholder,
         }
     }
 
@@ -434,14 +451,14 @@ impl Record {
         match self {
             Self::DryRun(_) => -1,
             Self::Caller(_) => REQUEST_ID_TTL.as_millis() as i64,
-            Self::Batch(_) => 0,
+            Self::Batch => 0,
         }
     }
 
     /// The script's ARGV[4+7n]: `1` for a caller's id, `0` otherwise.
     fn marker(&self) -> &str {
         match self {
-            Self::DryRun(_) | Self::Batch(_) => "0",
+            Self::DryRun(_) | Self::Batch => "0",
             Self::Caller(_) => "1",
         }
     }
@@ -472,57 +489,76 @@ fn algorithm_code(algorithm: Algorithm) -> u8 {
     }
 }
 
-/// `numkeys KEYS… ARGV…` as documented in the script's header; returns numkeys.
-fn add_script_args(
+/// A check's `KEYS`, as documented in the script's header (`lease`: its lease's id, when it
+/// takes one); returns how many.
+fn add_script_keys(
     cmd: &mut redis::Cmd,
     request: &CheckRequest,
     record: &Record,
+    lease: Option<&str>,
     minute: i64,
-    unmarked: &str,
 ) -> usize {
-    let n = request.rules.len();
-    let lease = request.lease_id();
-    let key_count = n + 3 + usize::from(request.reserve.is_some()) + usize::from(lease.is_some());
-    cmd.arg(key_count);
     for rule in &request.rules {
         cmd.arg(&rule.key);
     }
-    cmd.arg(record.key())
+    let live_index = keys::live_index(&request.tenant);
+    cmd.arg(record.key(&live_index))
         .arg(keys::active(&request.tenant, minute))
-        .arg(keys::live_index(&request.tenant));
+        .arg(&live_index);
     if let Some(reserve) = &request.reserve {
         cmd.arg(keys::reservation(&request.tenant, &reserve.id));
     }
-    if let Some(lease) = &lease {
+    if let Some(lease) = lease {
         cmd.arg(keys::lease(&request.tenant, lease));
     }
+    request.rules.len() + 3 + usize::from(request.reserve.is_some()) + usize::from(lease.is_some())
+}
+
+/// A check's `ARGV`, as documented in the script's header, written as one MessagePack array
+/// ([`packed_args`]): its numbers as integers, its words (an empty clock, the flags, the
+/// record's marker, the active-key marks, the lease id) as strings.
+fn pack_script_args(
+    out: &mut Vec<u8>,
+    request: &CheckRequest,
+    record: &Record,
+    lease: Option<&str>,
+    unmarked: &str,
+) {
+    let n = request.rules.len();
+    let tail = match (&request.reserve, lease) {
+        (None, None) => 0,
+        (_, None) => 1,
+        (_, Some(_)) => 2,
+    };
+    let flag = |on: bool| if on { &b"1"[..] } else { &b"0"[..] };
+    packed_args::array(out, 3 + 7 * n + 3 + tail);
     match request.now_ms {
-        Some(now) => cmd.arg(now),
-        None => cmd.arg(""),
-    };
-    cmd.arg(record.ttl_ms()).arg(n);
+        Some(now) => packed_args::int(out, now),
+        None => packed_args::str(out, b""),
+    }
+    packed_args::int(out, record.ttl_ms());
+    packed_args::uint(out, n as u64);
     for rule in &request.rules {
-        cmd.arg(algorithm_code(rule.spec.algorithm))
-            .arg(rule.spec.limit)
-            .arg(rule.spec.period_ms)
-            .arg(rule.spec.capacity())
-            .arg(rule.cost)
-            .arg(u8::from(rule.spec.penalty))
-            .arg(u8::from(rule.shadow));
+        packed_args::uint(out, algorithm_code(rule.spec.algorithm).into());
+        packed_args::uint(out, rule.spec.limit);
+        packed_args::uint(out, rule.spec.period_ms);
+        packed_args::uint(out, rule.spec.capacity());
+        packed_args::uint(out, rule.cost);
+        packed_args::str(out, flag(rule.spec.penalty));
+        packed_args::str(out, flag(rule.shadow));
     }
-    cmd.arg(record.marker());
+    packed_args::str(out, record.marker().as_bytes());
     match request.max_live_keys {
-        Some(quota) => cmd.arg(quota),
-        None => cmd.arg(-1),
-    };
-    cmd.arg(unmarked);
-    if request.reserve.is_some() || lease.is_some() {
-        cmd.arg(request.reserve.as_ref().map_or(0, |r| r.ttl_ms));
+        Some(quota) => packed_args::uint(out, quota),
+        None => packed_args::int(out, -1),
     }
-    if let Some(lease) = &lease {
-        cmd.arg(lease.as_ref());
+    packed_args::str(out, unmarked.as_bytes());
+    if tail > 0 {
+        packed_args::uint(out, request.reserve.as_ref().map_or(0, |r| r.ttl_ms));
     }
-    key_count
+    if let Some(lease) = lease {
+        packed_args::str(out, lease.as_bytes());
+    }
 }
 
 /// One bucket member a lease holds, as `lua/check.lua` recorded it.
@@ -820,15 +856,13 @@ mod tests {
             request.reserve = reserve.map(|ttl_ms| Reserve { id: "e".repeat(32), ttl_ms });
             request.lease = Some("c".repeat(32));
             let (r, l) = (usize::from(reserve.is_some()), usize::from(request.takes_lease()));
-            let mut cmd = redis::cmd("EVALSHA");
-            cmd.arg("sha");
             let unmarked: String = (0..request.rules.len()).map(|i| if i % 2 == 0 { '1' } else { '0' }).collect();
             let (record, key, marker) = if ttl < 0 {
                 (Record::DryRun("slr:{t}:x".to_owned()), "slr:{t}:x", "0")
             } else if request.request_id.is_some() {
                 (Record::Caller("slr:{t}:x".to_owned()), "slr:{t}:x", "1")
             } else {
-                (Record::Batch("slb:{t}".to_owned()), "slb:{t}", "0")
+                (Record::Batch, "slb:{t}", "0")
             };
             let ttl = if ttl < 0 {
                 -1
@@ -837,50 +871,58 @@ mod tests {
             } else {
                 0
             };
-            let key_count = add_script_args(&mut cmd, &request, &record, 29_000_000, &unmarked);
-            prop_assert_eq!(key_count, request.rules.len() + 3 + r + l);
-            let args = args_of(&cmd);
+            let lease = request.lease_id();
+            let mut cmd = redis::Cmd::new();
+            let key_count = add_script_keys(&mut cmd, &request, &record, lease.as_deref(), 29_000_000);
             let n = request.rules.len();
-            let tail = if r + l > 0 { 1 + l } else { 0 };
-            prop_assert_eq!(args.len(), 3 + (n + 3 + r + l) + 3 + 7 * n + 3 + tail);
-            prop_assert_eq!(&args[2], &(n + 3 + r + l).to_string());
+            prop_assert_eq!(key_count, n + 3 + r + l);
+            let keys = args_of(&cmd);
+            prop_assert_eq!(keys.len(), key_count);
             for (i, rule) in request.rules.iter().enumerate() {
-                prop_assert_eq!(&args[3 + i], &rule.key);
+                prop_assert_eq!(&keys[i], &rule.key);
             }
-            prop_assert_eq!(&args[3 + n], key);
-            prop_assert_eq!(&args[4 + n], "slk:{t}:29000000");
-            prop_assert_eq!(&args[5 + n], "slb:{t}");
+            prop_assert_eq!(&keys[n], key);
+            prop_assert_eq!(&keys[n + 1], "slk:{t}:29000000");
+            prop_assert_eq!(&keys[n + 2], "slb:{t}");
             if r == 1 {
-                prop_assert_eq!(&args[6 + n], &format!("slv:{{t}}:{}", "e".repeat(32)));
+                prop_assert_eq!(&keys[n + 3], &format!("slv:{{t}}:{}", "e".repeat(32)));
             }
             if l == 1 {
-                prop_assert_eq!(&args[6 + n + r], &format!("slc:{{t}}:{}", "c".repeat(32)));
+                prop_assert_eq!(&keys[n + 3 + r], &format!("slc:{{t}}:{}", "c".repeat(32)));
             }
-            let argv = &args[6 + n + r + l..];
-            prop_assert_eq!(&argv[0], &request.now_ms.map_or(String::new(), |t| t.to_string()));
-            prop_assert_eq!(&argv[1], &ttl.to_string());
-            prop_assert_eq!(&argv[2], &n.to_string());
+
+            // The arguments, one MessagePack array, read back by an independent reader.
+            let mut packed = Vec::new();
+            pack_script_args(&mut packed, &request, &record, lease.as_deref(), &unmarked);
+            let argv = batch_reply::decode(&packed).unwrap();
+            let tail = if r + l > 0 { 1 + l } else { 0 };
+            prop_assert_eq!(argv.len(), 3 + 7 * n + 3 + tail);
+            let int = |v: i64| Value::Int(v);
+            let word = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+            prop_assert_eq!(&argv[0], &request.now_ms.map_or(word(""), int));
+            prop_assert_eq!(&argv[1], &int(ttl));
+            prop_assert_eq!(&argv[2], &int(n as i64));
             for (i, rule) in request.rules.iter().enumerate() {
                 let at = 3 + 7 * i;
                 let expected = [
-                    algorithm_code(rule.spec.algorithm).to_string(),
-                    rule.spec.limit.to_string(),
-                    rule.spec.period_ms.to_string(),
-                    rule.spec.capacity().to_string(),
-                    rule.cost.to_string(),
-                    u8::from(rule.spec.penalty).to_string(),
-                    u8::from(rule.shadow).to_string(),
+                    int(algorithm_code(rule.spec.algorithm).into()),
+                    int(rule.spec.limit as i64),
+                    int(rule.spec.period_ms as i64),
+                    int(rule.spec.capacity() as i64),
+                    int(rule.cost as i64),
+                    word(if rule.spec.penalty { "1" } else { "0" }),
+                    word(if rule.shadow { "1" } else { "0" }),
                 ];
                 prop_assert_eq!(&argv[at..at + 7], &expected[..]);
             }
-            prop_assert_eq!(&argv[3 + 7 * n], marker);
-            prop_assert_eq!(&argv[4 + 7 * n], &quota.map_or("-1".to_owned(), |q| q.to_string()));
-            prop_assert_eq!(&argv[5 + 7 * n], &unmarked);
+            prop_assert_eq!(&argv[3 + 7 * n], &word(marker));
+            prop_assert_eq!(&argv[4 + 7 * n], &quota.map_or(int(-1), |q| int(q as i64)));
+            prop_assert_eq!(&argv[5 + 7 * n], &word(&unmarked));
             if r + l > 0 {
-                prop_assert_eq!(&argv[6 + 7 * n], &reserve.unwrap_or(0).to_string());
+                prop_assert_eq!(&argv[6 + 7 * n], &int(reserve.unwrap_or(0) as i64));
             }
             if l == 1 {
-                prop_assert_eq!(&argv[7 + 7 * n], &"c".repeat(32));
+                prop_assert_eq!(&argv[7 + 7 * n], &word(&"c".repeat(32)));
             }
         }
 

@@ -1910,6 +1910,33 @@ async fn a_batch_reads_the_quota_index_once_and_prunes_it_until_nothing_is_due()
     assert!(calls < 64, "64 checks in {calls} calls");
 }
 
+/// A batch's last two arguments, packed in MessagePack as `lua/check.lua`'s header lays them
+/// out: how many keys each of `checks` checks has (4), and their arguments, each one
+/// token-bucket rule (5 a `period_ms`, cost 1) without a record of its own, under a quota of
+/// `quota` live keys (-1 for none), its bucket already marked active.
+fn packed_token_bucket_checks(checks: usize, period_ms: u64, quota: i64) -> (Vec<u8>, Vec<u8>) {
+    use sluice::limiter::packed_args::{array, int, str, uint};
+    let (mut counts, mut args) = (Vec::new(), Vec::new());
+    array(&mut counts, checks);
+    array(&mut args, checks);
+    for _ in 0..checks {
+        uint(&mut counts, 4);
+        array(&mut args, 13);
+        str(&mut args, b"");
+        int(&mut args, 0);
+        uint(&mut args, 1);
+        for v in [1, 5, period_ms, 5, 1] {
+            uint(&mut args, v);
+        }
+        for word in ["0", "0", "0"] {
+            str(&mut args, word.as_bytes());
+        }
+        int(&mut args, quota);
+        str(&mut args, b"0");
+    }
+    (counts, args)
+}
+
 /// One script call of `subjects`' token-bucket checks (a batch, as `lua/check.lua`'s header
 /// lays it out) under a quota of `quota` live keys: each check's first two reply items
 /// (0 or 2 for over the quota, and its allowed flag or the live count).
@@ -1927,22 +1954,12 @@ async fn batch_of_new_buckets(
             .key("slk:{q}:1")
             .key("slb:{q}");
     }
+    let (counts, checks) = packed_token_bucket_checks(subjects.len(), 60_000, quota);
     call.arg("batch")
         .arg(uuid::Uuid::new_v4().simple().to_string())
         .arg(1000)
-        .arg(subjects.len());
-    for _ in subjects {
-        call.arg(4).arg(13);
-    }
-    for _ in subjects {
-        call.arg("")
-            .arg(0)
-            .arg(1)
-            .arg(&["1", "5", "60000", "5", "1", "0", "0"])
-            .arg(0)
-            .arg(quota)
-            .arg("0");
-    }
+        .arg(counts)
+        .arg(checks);
     let packed: Vec<u8> = call.invoke_async(connection).await.unwrap();
     sluice::limiter::batch_reply::decode(&packed)
         .unwrap()
@@ -2067,17 +2084,9 @@ async fn a_call_record_written_as_json_by_an_earlier_script_still_answers_a_rese
             .key("slb:{t}")
             .arg("resend")
             .arg(field)
-            .arg(1000)
-            .arg(1)
-            .arg(4)
-            .arg(13)
-            .arg("")
-            .arg(0)
-            .arg(1)
-            .arg(&["1", "5", "1000", "5", "1", "0", "0"])
-            .arg(0)
-            .arg(-1)
-            .arg("0");
+            .arg(1000);
+        let (counts, checks) = packed_token_bucket_checks(1, 1000, -1);
+        call.arg(counts).arg(checks);
         call
     };
     type Reply = Vec<(i64, i64, i64, i64, String, i64, i64)>;
