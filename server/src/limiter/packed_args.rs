@@ -8,76 +8,90 @@
 //! numbers. Packed, they are one argument, and their integers reach the script as numbers
 //! (`scripts/script-instructions`, docs/BENCHMARKS.md).
 //!
-//! Each value is written in its shortest form. Only what the script's arguments need is here:
-//! arrays, integers and strings. [`super::batch_reply`] reads the same format back.
+//! Each value is written in its shortest form, to a buffer or straight into the next argument
+//! of a command (`redis::RedisWrite::writer_for_next_arg`), which cannot fail: both only grow
+//! a vector. Only what the script's arguments need is here: arrays, integers and strings.
+//! [`super::batch_reply`] reads the same format back.
+
+use std::io::Write;
+
+/// Writes `bytes` to memory, which cannot fail (a vector that cannot grow aborts).
+fn put(out: &mut impl Write, bytes: &[u8]) {
+    let _ = out.write_all(bytes);
+}
 
 /// Appends the header of an array of `len` items.
-pub fn array(out: &mut Vec<u8>, len: usize) {
+pub fn array(out: &mut impl Write, len: usize) {
     if len < 16 {
-        out.push(0x90 | len as u8);
+        put(out, &[0x90 | len as u8]);
     } else if let Ok(len) = u16::try_from(len) {
-        out.push(0xdc);
-        out.extend_from_slice(&len.to_be_bytes());
+        put(out, &[0xdc]);
+        put(out, &len.to_be_bytes());
     } else {
-        out.push(0xdd);
-        out.extend_from_slice(&u32::try_from(len).unwrap_or(u32::MAX).to_be_bytes());
+        put(out, &[0xdd]);
+        put(out, &u32::try_from(len).unwrap_or(u32::MAX).to_be_bytes());
     }
 }
 
 /// Appends an unsigned integer.
-pub fn uint(out: &mut Vec<u8>, v: u64) {
+pub fn uint(out: &mut impl Write, v: u64) {
     if v < 0x80 {
-        out.push(v as u8);
+        put(out, &[v as u8]);
     } else if let Ok(v) = u8::try_from(v) {
-        out.extend_from_slice(&[0xcc, v]);
+        put(out, &[0xcc, v]);
     } else if let Ok(v) = u16::try_from(v) {
-        out.push(0xcd);
-        out.extend_from_slice(&v.to_be_bytes());
+        put(out, &[0xcd]);
+        put(out, &v.to_be_bytes());
     } else if let Ok(v) = u32::try_from(v) {
-        out.push(0xce);
-        out.extend_from_slice(&v.to_be_bytes());
+        put(out, &[0xce]);
+        put(out, &v.to_be_bytes());
     } else {
-        out.push(0xcf);
-        out.extend_from_slice(&v.to_be_bytes());
+        put(out, &[0xcf]);
+        put(out, &v.to_be_bytes());
     }
 }
 
 /// Appends a signed integer.
-pub fn int(out: &mut Vec<u8>, v: i64) {
+pub fn int(out: &mut impl Write, v: i64) {
     if let Ok(v) = u64::try_from(v) {
         uint(out, v);
     } else if v >= -32 {
         // Negative fixint: the byte is the number's own two's complement.
-        out.push(v as i8 as u8);
+        put(out, &[v as i8 as u8]);
     } else if let Ok(v) = i8::try_from(v) {
-        out.extend_from_slice(&[0xd0, v as u8]);
+        put(out, &[0xd0, v as u8]);
     } else if let Ok(v) = i16::try_from(v) {
-        out.push(0xd1);
-        out.extend_from_slice(&v.to_be_bytes());
+        put(out, &[0xd1]);
+        put(out, &v.to_be_bytes());
     } else if let Ok(v) = i32::try_from(v) {
-        out.push(0xd2);
-        out.extend_from_slice(&v.to_be_bytes());
+        put(out, &[0xd2]);
+        put(out, &v.to_be_bytes());
     } else {
-        out.push(0xd3);
-        out.extend_from_slice(&v.to_be_bytes());
+        put(out, &[0xd3]);
+        put(out, &v.to_be_bytes());
     }
 }
 
 /// Appends a string (its bytes as they are).
-pub fn str(out: &mut Vec<u8>, s: &[u8]) {
+pub fn str(out: &mut impl Write, s: &[u8]) {
     let len = s.len();
     if len < 32 {
-        out.push(0xa0 | len as u8);
+        put(out, &[0xa0 | len as u8]);
     } else if let Ok(len) = u8::try_from(len) {
-        out.extend_from_slice(&[0xd9, len]);
+        put(out, &[0xd9, len]);
     } else if let Ok(len) = u16::try_from(len) {
-        out.push(0xda);
-        out.extend_from_slice(&len.to_be_bytes());
+        put(out, &[0xda]);
+        put(out, &len.to_be_bytes());
     } else {
-        out.push(0xdb);
-        out.extend_from_slice(&u32::try_from(len).unwrap_or(u32::MAX).to_be_bytes());
+        put(out, &[0xdb]);
+        put(out, &u32::try_from(len).unwrap_or(u32::MAX).to_be_bytes());
     }
-    out.extend_from_slice(s);
+    put(out, s);
+}
+
+/// Appends values already packed (a check's arguments, an item of a batch's array).
+pub fn raw(out: &mut impl Write, packed: &[u8]) {
+    put(out, packed);
 }
 
 /// The most bytes [`uint`] or [`int`] writes.

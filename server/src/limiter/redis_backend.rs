@@ -8,7 +8,7 @@ use std::sync::{Arc, LazyLock, Mutex};
 
 use app::rules::model::{Decision, Verdict};
 use app::rules::Algorithm;
-use redis::Value;
+use redis::{RedisWrite, Value};
 use tokio::sync::oneshot;
 
 use super::check::{
@@ -312,18 +312,18 @@ fn add_batch_args(
         Attempt::Again => "resend",
     };
     cmd.arg(word).arg(record.field()).arg(ttl);
-    let mut counts = Vec::with_capacity(5 + packed_args::MAX_INT_LEN * batch.len());
+    // Each array is written straight into the command's next argument.
+    let mut counts = cmd.writer_for_next_arg();
     packed_args::array(&mut counts, batch.len());
     for w in batch {
         packed_args::uint(&mut counts, w.key_count as u64);
     }
-    cmd.arg(&counts[..]);
-    let mut checks = Vec::with_capacity(5 + batch.iter().map(|w| w.args.len()).sum::<usize>());
+    drop(counts);
+    let mut checks = cmd.writer_for_next_arg();
     packed_args::array(&mut checks, batch.len());
     for w in batch {
-        checks.extend_from_slice(&w.args);
+        packed_args::raw(&mut checks, &w.args);
     }
-    cmd.arg(&checks[..]);
 }
 
 /// The buckets this instance has added to the current minute's active-key HyperLogLog. The
