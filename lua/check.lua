@@ -85,8 +85,8 @@ ARGV[5]      each check's arguments as above, in order: a MessagePack array of m
              (ARGV[2] 0) unless it carries the caller's request_id or is a dry run. Packed, a
              check's twenty-odd arguments cost Redis one argument and the script no `tonumber`
              of a string: each separate argument cost Redis about a thousand instructions and
-             each `tonumber` of one about 1,300 more (scripts/script-instructions,
-             docs/BENCHMARKS.md)
+             each `tonumber` of one about 1,300 more (docs/BENCHMARKS.md, "A check's
+             arguments, packed")
 Reply: one string, the list of the checks' replies in order packed in MessagePack (the bytes
        the batch's record keeps): a reply of nested arrays costs the server's Redis client
        about a thousand instructions a value to parse, one string a few a byte

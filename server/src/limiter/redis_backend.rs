@@ -891,7 +891,8 @@ mod tests {
                 prop_assert_eq!(&keys[n + 3 + r], &format!("slc:{{t}}:{}", "c".repeat(32)));
             }
 
-            // The arguments, one MessagePack array, read back by an independent reader.
+            // The arguments, one MessagePack array, read back by the reply's reader (not the
+            // writer; Redis's own reader reads them in every Redis test).
             let mut packed = Vec::new();
             pack_script_args(&mut packed, &request, &record, lease.as_deref(), &unmarked);
             let argv = batch_reply::decode(&packed).unwrap();
