@@ -34,6 +34,7 @@ mod release_server;
 #[path = "../tests/api/services.rs"]
 mod services;
 
+use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -265,8 +266,15 @@ struct Target {
     /// Every answer must be a 2xx (an allow path), or a 429 (the deny flood).
     denies: bool,
     runs: Vec<Run>,
-    /// The deny flood: check-script calls per request, each round.
+    /// Check-script calls (`EVALSHA`) per request, each round (targets on Redis).
     redis_per_request: Vec<f64>,
+    /// The CPU time Redis spent per request during each round's run, in µs: in user space and
+    /// in the kernel (targets on Redis).
+    redis_cpu_us: Vec<(f64, f64)>,
+    /// Redis's commands during all rounds' runs (targets on Redis): name, then calls and µs
+    /// (`INFO commandstats`), and the requests they served.
+    commands: BTreeMap<String, (u64, u64)>,
+    requests: u64,
     /// Whether it uses the private Redis (its expiry is then reported).
     on_redis: bool,
     /// Keys Redis expired per request during each round's run.
@@ -299,6 +307,41 @@ fn ticks_per_second() -> f64 {
         .trim()
         .parse()
         .unwrap()
+}
+
+/// The CPU time the private Redis has used since it started, in µs: user and kernel
+/// (`used_cpu_user` and `used_cpu_sys` of `INFO cpu`, in seconds to the microsecond).
+fn redis_cpu_us(redis: &services::RedisServer) -> (f64, f64) {
+    let info = redis.cli(&["INFO", "cpu"]);
+    let field = |name: &str| -> f64 {
+        info.lines()
+            .find_map(|l| l.trim().strip_prefix(name))
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no {name} in INFO cpu: {info}"))
+            * 1e6
+    };
+    (field("used_cpu_user:"), field("used_cpu_sys:"))
+}
+
+/// Every command Redis has run since it started, with its calls and µs (`INFO
+/// commandstats`); a command a script runs is counted under its own name, and its time is
+/// also in the script's.
+fn command_totals(redis: &services::RedisServer) -> BTreeMap<String, (u64, u64)> {
+    redis
+        .cli(&["INFO", "commandstats"])
+        .lines()
+        .filter_map(|l| {
+            let (name, fields) = l.trim().strip_prefix("cmdstat_")?.split_once(':')?;
+            let field = |key: &str| -> Option<u64> {
+                fields
+                    .split(',')
+                    .find_map(|f| f.strip_prefix(key))?
+                    .parse()
+                    .ok()
+            };
+            Some((name.to_owned(), (field("calls=")?, field("usec=")?)))
+        })
+        .collect()
 }
 
 /// Keys the private Redis has expired since it started (`INFO stats`).
@@ -397,6 +440,9 @@ async fn bench(seconds: u64, rounds: usize) {
         denies,
         runs: Vec::new(),
         redis_per_request: Vec::new(),
+        redis_cpu_us: Vec::new(),
+        commands: BTreeMap::new(),
+        requests: 0,
         on_redis: url == evalsha.url || url == distributed.url,
         expired_per_request: Vec::new(),
         expiry_stall_ms: Vec::new(),
@@ -471,7 +517,11 @@ async fn bench(seconds: u64, rounds: usize) {
             redis.cli(&["LATENCY", "RESET"]);
             let expired_before = expired_keys(&redis);
             let cpu_before = cpu_ticks(t.pid);
+            let redis_before = redis_cpu_us(&redis);
+            let commands_before = command_totals(&redis);
             let run = wrk(&t.url, &t.script, seconds);
+            let commands_after = command_totals(&redis);
+            let redis_after = redis_cpu_us(&redis);
             let cpu_after = cpu_ticks(t.pid);
             let per_request = |after: u64, before: u64| {
                 (after - before) as f64 * tick_us / run.requests.max(1) as f64
@@ -486,6 +536,21 @@ async fn bench(seconds: u64, rounds: usize) {
                 t.expired_per_request
                     .push(expired as f64 / run.requests.max(1) as f64);
                 t.expiry_stall_ms.push(longest_expiry_stall_ms(&redis));
+                t.redis_per_request
+                    .push(calls as f64 / run.requests.max(1) as f64);
+                let requests = run.requests.max(1) as f64;
+                t.redis_cpu_us.push((
+                    (redis_after.0 - redis_before.0) / requests,
+                    (redis_after.1 - redis_before.1) / requests,
+                ));
+                for (name, (calls, usec)) in commands_after {
+                    let (calls_then, usec_then) =
+                        commands_before.get(&name).copied().unwrap_or((0, 0));
+                    let total = t.commands.entry(name).or_insert((0, 0));
+                    total.0 += calls.saturating_sub(calls_then);
+                    total.1 += usec.saturating_sub(usec_then);
+                }
+                t.requests += run.requests;
             }
             eprintln!(
                 "[closed_loop {step}/{steps}] round {}: {}: {:.0} req/s, p50 {:.2} ms, p99 {:.2} ms",
@@ -506,7 +571,6 @@ async fn bench(seconds: u64, rounds: usize) {
                     t.name,
                     run.requests
                 );
-                t.redis_per_request.push(calls as f64 / run.requests as f64);
             } else {
                 assert_eq!(run.non_2xx, 0, "{}: every check allowed", t.name);
             }
@@ -594,11 +658,13 @@ async fn bench(seconds: u64, rounds: usize) {
         ratio(5, 1, p99)
     );
     println!(
-        "\nRedis's expiry during each target's runs (`expired_keys` of `INFO stats`, and the \
-         longest `expire-cycle` event of its latency monitor, threshold 1 ms):\n"
+        "\nRedis's share of each target on Redis during its runs: check-script calls (`EVALSHA` of \
+         `INFO commandstats`) and Redis's own CPU time (`used_cpu_user` and `used_cpu_sys` of `INFO \
+         cpu`) per request, the keys it expired per request (`expired_keys` of `INFO stats`), and \
+         the longest `expire-cycle` event of its latency monitor (threshold 1 ms):\n"
     );
-    println!("| target on Redis | keys expired per request (median) | longest expiry-cycle stall (each round) |");
-    println!("|---|---:|---|");
+    println!("| target on Redis | script calls per request (median) | Redis CPU per request, user + kernel (median) | keys expired per request (median) | longest expiry-cycle stall (each round) |");
+    println!("|---|---:|---:|---:|---|");
     for t in targets.iter().filter(|t| t.on_redis) {
         let stalls: Vec<String> = t
             .expiry_stall_ms
@@ -612,11 +678,77 @@ async fn bench(seconds: u64, rounds: usize) {
             })
             .collect();
         println!(
-            "| {} | {:.3} | {} |",
+            "| {} | {:.3} | {:.1} + {:.1} µs | {:.3} | {} |",
             t.name,
+            median(t.redis_per_request.clone()),
+            median(t.redis_cpu_us.iter().map(|c| c.0).collect()),
+            median(t.redis_cpu_us.iter().map(|c| c.1).collect()),
             median(t.expired_per_request.clone()),
             stalls.join(", ")
         );
     }
+    print_commands(&targets);
     drop((bare, evalsha, embedded, distributed));
+}
+
+/// Where Redis's time went on each allow path on Redis: its commands per request, summed over
+/// the rounds, the script's own and those its script ran.
+fn print_commands(targets: &[Target]) {
+    // What this benchmark itself asks between runs.
+    let own =
+        |name: &str| name == "info" || name.starts_with("config|") || name.starts_with("latency|");
+    let columns: Vec<&Target> = targets.iter().filter(|t| t.on_redis && !t.denies).collect();
+    let per_request = |t: &Target, name: &str| {
+        let (calls, usec) = t.commands.get(name).copied().unwrap_or((0, 0));
+        let requests = t.requests.max(1) as f64;
+        (calls as f64 / requests, usec as f64 / requests)
+    };
+    let mut names: Vec<&String> = columns
+        .iter()
+        .flat_map(|t| t.commands.keys())
+        .filter(|name| !own(name))
+        .collect();
+    names.sort();
+    names.dedup();
+    names.retain(|name| columns.iter().any(|t| per_request(t, name).0 >= 0.001));
+    let busiest = |name: &str| {
+        columns
+            .iter()
+            .map(|t| per_request(t, name).1)
+            .fold(0.0, f64::max)
+    };
+    names.sort_by(|a, b| busiest(b).total_cmp(&busiest(a)));
+    println!(
+        "\nRedis's commands per request on each allow path on Redis, all rounds together (`calls` and \
+         `usec` of `INFO commandstats`, which count a command a script runs under its own name and \
+         also in the script's `EVALSHA`); each cell is calls / µs per request. The last row is \
+         `EVALSHA`'s time less that of every other command: the scripts' Lua and the cost of each \
+         `redis.call`, less the few commands the server sends outside a script (a few hundred a run):\n"
+    );
+    let head: String = columns.iter().map(|t| format!(" {} |", t.name)).collect();
+    let rule: String = columns.iter().map(|_| "---:|").collect();
+    println!("| command |{head}\n|---|{rule}");
+    for name in &names {
+        let cells: String = columns
+            .iter()
+            .map(|t| {
+                let (calls, us) = per_request(t, name);
+                format!(" {calls:.3} / {us:.2} |")
+            })
+            .collect();
+        println!("| `{}` |{cells}", name.to_uppercase());
+    }
+    let cells: String = columns
+        .iter()
+        .map(|t| {
+            let others: f64 = t
+                .commands
+                .keys()
+                .filter(|name| name.as_str() != "evalsha" && !own(name))
+                .map(|name| per_request(t, name).1)
+                .sum();
+            format!(" {:.2} µs |", per_request(t, "evalsha").1 - others)
+        })
+        .collect();
+    println!("| `EVALSHA` less the other commands |{cells}");
 }

@@ -5,6 +5,8 @@
 //! separately (`lag`), since tokio's timer has millisecond granularity and the generator
 //! shares the machine with the server.
 
+use std::collections::BTreeMap;
+use std::error::Error as _;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -59,6 +61,9 @@ pub struct Report {
     pub allowed: usize,
     pub denied: usize,
     pub errors: usize,
+    /// What the errors were, and how many of each: an answer's status, a request that failed
+    /// (reqwest's error and its causes), or one not sent because too many were in flight.
+    pub error_kinds: BTreeMap<String, usize>,
     pub p50: Duration,
     pub p90: Duration,
     pub p95: Duration,
@@ -141,28 +146,53 @@ pub async fn run(client: &reqwest::Client, load: &Load) -> Report {
         tasks.push(tokio::spawn(async move {
             let sent = Instant::now();
             let lag = sent.saturating_duration_since(due);
-            let status = match request.send().await {
+            let outcome = match request.send().await {
                 Ok(response) => {
                     let status = response.status().as_u16();
-                    let _ = response.bytes().await;
-                    status
+                    match response.bytes().await {
+                        Ok(_) => Ok(status),
+                        Err(e) => Err(format!("HTTP {status}, body unread: {}", causes(&e))),
+                    }
                 }
-                Err(_) => 0,
+                Err(e) => Err(causes(&e)),
             };
             in_flight.fetch_sub(1, Ordering::Relaxed);
-            (status, sent.elapsed(), lag)
+            (outcome, sent.elapsed(), lag)
         }));
     }
     let mut latencies = Vec::with_capacity(total);
     let mut lags = Vec::with_capacity(total);
     let (mut allowed, mut denied, mut errors) = (0, 0, skipped);
+    let mut error_kinds = BTreeMap::new();
+    if skipped > 0 {
+        error_kinds.insert(
+            format!(
+                "not sent: {} requests already in flight",
+                load.max_in_flight
+            ),
+            skipped,
+        );
+    }
     for task in tasks {
-        let (status, latency, lag) = task.await.unwrap_or((0, Duration::ZERO, Duration::ZERO));
+        let (outcome, latency, lag) = task.await.unwrap_or_else(|e| {
+            (
+                Err(format!("the request's task failed: {e}")),
+                Duration::ZERO,
+                Duration::ZERO,
+            )
+        });
         lags.push(lag);
-        match status {
-            200 => allowed += 1,
-            429 => denied += 1,
-            _ => errors += 1,
+        match outcome {
+            Ok(200) => allowed += 1,
+            Ok(429) => denied += 1,
+            Ok(status) => {
+                errors += 1;
+                *error_kinds.entry(format!("HTTP {status}")).or_insert(0) += 1;
+            }
+            Err(kind) => {
+                errors += 1;
+                *error_kinds.entry(kind).or_insert(0) += 1;
+            }
         }
         latencies.push(latency);
     }
@@ -176,10 +206,24 @@ pub async fn run(client: &reqwest::Client, load: &Load) -> Report {
         allowed,
         denied,
         errors,
+        error_kinds,
         p50: percentile(&latencies, 0.50),
         p90: percentile(&latencies, 0.90),
         p95: percentile(&latencies, 0.95),
         p99: percentile(&latencies, 0.99),
         lag_p99: percentile(&lags, 0.99),
     }
+}
+
+/// An error and its causes, outermost first: reqwest's own message ("error sending request")
+/// says little without hyper's and the socket's beneath it.
+fn causes(e: &reqwest::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }

@@ -96,10 +96,18 @@ async fn bench_mode(mode: &str, seconds: u64, mix: Mix) -> String {
     // Warm the caches and connection pools.
     loadgen::run(&client, &load(allow_keys.clone(), 500, 2, mix)).await;
 
+    // What each tier's errors were, listed under the mode's tables.
+    let mut error_notes = Vec::new();
+    let mut note_errors = |path: &str, r: &Report| {
+        for (kind, count) in &r.error_kinds {
+            error_notes.push(format!("- {path}, {} req/s: {count} × {kind}", r.target));
+        }
+    };
     let mut out = format!("\n### {mode}\n\n| target | achieved (req/s) | p50 | p90 | p95 | p99 | errors | send lag p99 |\n|---|---:|---:|---:|---:|---:|---:|---:|\n");
     for rate in TIERS {
         let report = loadgen::run(&client, &load(allow_keys.clone(), rate, seconds, mix)).await;
         eprintln!("{mode} allow {}", row(&report));
+        note_errors("allow path", &report);
         out.push_str(&row(&report));
         out.push('\n');
         assert_eq!(report.denied, 0, "the allow path must not deny");
@@ -117,6 +125,7 @@ async fn bench_mode(mode: &str, seconds: u64, mix: Mix) -> String {
         )
         .await;
         eprintln!("{mode} deny {}", row(&report));
+        note_errors("deny path", &report);
         out.push_str(&format!(
             "{} {} of {} |\n",
             row(&report),
@@ -125,6 +134,13 @@ async fn bench_mode(mode: &str, seconds: u64, mix: Mix) -> String {
         ));
     }
     drop(server);
+    if error_notes.is_empty() {
+        out.push_str("\nNo errors.\n");
+    } else {
+        out.push_str("\nThe errors, by kind:\n\n");
+        out.push_str(&error_notes.join("\n"));
+        out.push('\n');
+    }
     out
 }
 
