@@ -97,7 +97,8 @@ per HyperLogLog at the batch's end (one PFADD, not one a check).
 
 The quota: a call that would create a bucket or keep a caller's request_id checks the index
 first. It drops (or, when the key lives on, re-scores) up to PRUNE entries whose time has
-passed, then refuses if the live keys plus the new ones would pass the quota, and otherwise
+passed (one EXISTS asks whether any of their keys lives on; only then is each asked its PTTL,
+one call a key), then refuses if the live keys plus the new ones would pass the quota, and otherwise
 counts the new ones in. The checks of a call share what the first learnt: the index's size
 and, when its prune found fewer than PRUNE entries due, that nothing is due at that time, so
 a later check of the same time neither prunes nor counts again. The new entries of all of a
@@ -607,13 +608,19 @@ local function check_one(KEYS, ARGV, clock)
         add_waiting(index)
         local due = redis.call('ZRANGEBYSCORE', index, '-inf', now, 'LIMIT', 0, PRUNE)
         local ended, alive = {}, {}
-        for _, member in ipairs(due) do
-          local left = redis.call('PTTL', member)
-          if left > 0 then
-            alive[#alive + 1] = now + left
-            alive[#alive + 1] = member
-          else
-            ended[#ended + 1] = member
+        -- Most due entries have ended: one EXISTS for them all says so, and only when some key
+        -- lives on is each asked its PTTL (a call each), to move the living ones.
+        if #due > 0 and redis.call('EXISTS', unpack(due)) == 0 then
+          ended = due
+        else
+          for _, member in ipairs(due) do
+            local left = redis.call('PTTL', member)
+            if left > 0 then
+              alive[#alive + 1] = now + left
+              alive[#alive + 1] = member
+            else
+              ended[#ended + 1] = member
+            end
           end
         end
         if #ended > 0 then

@@ -1882,7 +1882,9 @@ async fn a_batch_reads_the_quota_index_once_and_prunes_it_until_nothing_is_due()
     // All 450 entries are due now; 64 new subjects under a quota of 150. In turn, each check
     // prunes at most 100: the first three still find 350, 250 and 150 live and are refused,
     // the fourth finds 50, the fifth prunes the last 50, and every later one is admitted.
+    // Every due bucket has ended, so each prune learns it from one EXISTS: no PTTL a key.
     let before = server.command_stats("evalsha").0;
+    let pttl_before = server.command_stats("pttl").0;
     let new: Vec<CheckRequest> = (0..64)
         .map(|i| subject_check(&t, &format!("new{i}"), 150))
         .collect();
@@ -1908,6 +1910,11 @@ async fn a_batch_reads_the_quota_index_once_and_prunes_it_until_nothing_is_due()
     // Batched: checks after a prune that stopped short shared a call with it.
     let calls = server.command_stats("evalsha").0 - before;
     assert!(calls < 64, "64 checks in {calls} calls");
+    assert_eq!(
+        server.command_stats("pttl").0 - pttl_before,
+        0,
+        "450 ended entries pruned without a PTTL each"
+    );
 }
 
 /// A batch's last two arguments, packed in MessagePack as `lua/check.lua`'s header lays them
