@@ -14,7 +14,10 @@
 //! Every target runs in a process of its own (the baselines are this program started again
 //! with `--serve-baseline`), the Redis ones on one private Redis. Each round runs every target
 //! once, in a rotating order; the tables give each round and the median, then Sluice's ratios
-//! to the baselines, which are issue 12's acceptance figures.
+//! to the baselines, which are issue 12's acceptance figures, then for each target on Redis
+//! Redis's own share per request (script calls, CPU time, expired keys, expiry stalls) and, for
+//! the allow paths, its time command by command (`INFO commandstats` before and after each run),
+//! which shows what the check script's `redis.call`s cost and what its own Lua does.
 //!
 //! Run: `scripts/bench`, or alone: `cargo run --release -p server --example closed_loop --
 //! [--seconds N] [--rounds N]` (15 s and 3 rounds by default) after building the release
