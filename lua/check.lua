@@ -13,16 +13,13 @@ The arithmetic is the reference model's (app/src/rules/model.rs), operation for 
 in IEEE doubles; differential tests hold the two to identical answers. State is stored with
 %.17g, which round-trips a double exactly.
 
+The script is always called with a batch (below), which carries each check's keys and
+arguments as follows; a call laid out as one check alone is refused.
+
 KEYS[1..n]   the bucket of each rule, `sl:{<tenant>}:<rule>:<subject>`
-KEYS[n+1]    the idempotency record, so that a resend after a lost reply returns the first
-             decision (always passed; used only when ARGV[2] > 0): for the caller's
-             request_id, the string `slr:{<tenant>}:<hash>`; for a call the server made
-             without one, the hash `slq:{<tenant>}:<slot>:<ttl>` that every such call of the
-             tenant in one quarter second that keeps its record <ttl> ms shares, the reply in
-             field ARGV[4+7n] (one key a slot rather than one a call: Redis's expiry cycle
-             stalled on a key a check); the hash's fields hold replies in MessagePack, a
-             request_id's record in JSON (any instance, of any version, may read it); both
-             forms are read
+KEYS[n+1]    the caller's request_id record `slr:{<tenant>}:<hash>`, so that a retry with the
+             same id returns the first decision (always passed; used only when ARGV[2] > 0);
+             kept in JSON, which any instance, of any version, may read
 KEYS[n+2]    the tenant's active-key HyperLogLog for this minute, `slk:{<tenant>}:<minute>`:
              every bucket checked is added to it (not in a dry run; by each instance once a
              minute, ARGV[6+7n]), so the dashboards can count active keys with PFCOUNT and
@@ -37,11 +34,9 @@ ARGV[3]      n, the number of rules (1..8)
 ARGV[4+7i..] per rule i: algorithm code (1 token_bucket, 2 gcra, 3 leaky_bucket,
              4 fixed_window, 5 sliding_window, 6 sliding_log, 7 concurrency), limit, period_ms, capacity
              (burst, or limit), cost, penalty (0/1), shadow (0/1)
-ARGV[4+7n]   1 when the idempotency record is the caller's request_id (it counts against the
-             quota); otherwise this call's field in the hash KEYS[n+1] (32 hex digits, kept a
-             few seconds: each write pushes the hash's expiry back to ARGV[2] ms when it is
-             sooner, never forward, so every field lives at least its call's ARGV[2] ms);
-             0 in a dry run
+ARGV[4+7n]   1 when the check keeps a record of its own (ARGV[2] > 0: the caller's
+             request_id's, which counts against the quota), 0 otherwise; a check whose ARGV[2]
+             asks for a record without it fails
 ARGV[5+7n]   the tenant's quota of live keys, or -1 for none
 ARGV[6+7n]   one character per rule: '0' when this instance has already added the rule's
              bucket to this minute's active-key HyperLogLog, '1' (or absent) to add it
@@ -69,14 +64,19 @@ A batch: the checks of one tenant that queued while the instance's last call for
 as one call so that a script run, its record and its round trip are paid once for all of them
 (server/src/limiter/redis_backend.rs). They are decided one after the other, in order, as
 separate calls would be, at one Redis time.
-KEYS[1]      the batch's idempotency record: the tenant's hash of the moment, as KEYS[n+1] above;
-             every hash of that name is kept the same ARGV[3] ms (it is in the name), so each
-             write sets that TTL with one PEXPIRE, which only ever pushes the expiry later
+KEYS[1]      the batch's idempotency record, so that a resend after a lost reply returns every
+             check's first decision: the hash `slq:{<tenant>}:<slot>:<ttl>` that every call
+             of the tenant in one quarter second that keeps its record <ttl> ms shares, the
+             reply in field ARGV[2] in MessagePack (one key a slot rather than one a call:
+             Redis's expiry cycle stalled on a key a check); every hash of that name is kept
+             the same ARGV[3] ms (it is in the name), so each write sets that TTL with one
+             PEXPIRE, which only ever pushes the expiry later; a record written in JSON by an
+             earlier version of this script is read too
 KEYS[2..]    each check's keys as above, one check after the other
 ARGV[1]      the word `batch` for the call's first send, which skips looking for its record
              (nothing can have written it yet), or `resend` for a send after a lost
              connection, which returns the record when an earlier send ran
-ARGV[2]      the batch's field in KEYS[1] (its reply is kept there, as a call's above)
+ARGV[2]      the batch's field in KEYS[1] (32 hex digits)
 ARGV[3]      the record's TTL in ms
 ARGV[4]      how many keys each check has, in order: a MessagePack array of m integers
 ARGV[5]      each check's arguments as above, in order: a MessagePack array of m arrays, whose
@@ -119,8 +119,8 @@ State, per algorithm (hash fields unless noted; every key gets a TTL covering a 
   concurrency   a sorted set of leases: score = expiry time,
                 member = "<lease id>:<expiry time>:<slots>"
                 (time is not clamped: an earlier time only counts more leases as live)
-A denial writes nothing unless the rule has penalty; the idempotency record is written for
-every decision when ARGV[2] > 0 (the server always asks for one outside a dry run).
+A denial writes nothing unless the rule has penalty; a check's request_id record is written
+for every decision when ARGV[2] > 0, and a batch's record for every batch.
 ]]
 
 if redis.replicate_commands then
@@ -151,9 +151,9 @@ local function fmt(x)
   return string.format('%.17g', x)
 end
 
--- A call's own records (a batch's, a check's field in its tenant's hash) hold replies in
--- MessagePack, about four times cheaper to write than JSON (numbers are stored in binary, not
--- printed): only the instance that made the call resends it. A request_id's record stays JSON,
+-- A batch's record (a field in its tenant's hash) holds its replies in MessagePack, about four
+-- times cheaper to write than JSON (numbers are stored in binary, not printed): only the
+-- instance that made the call resends it. A request_id's record stays JSON,
 -- because any instance may be asked again with that id, one of an earlier version (which reads
 -- only JSON) during a rolling upgrade. A record that starts with '[' is JSON.
 local function encode_record(reply)
@@ -192,7 +192,7 @@ local function add_all_waiting()
 end
 
 -- The active-key marks a batch gathers, to add once per HyperLogLog when it ends: a table
--- { order = {active keys in first-seen order}, [active key] = {bucket keys} }, nil outside a batch.
+-- { order = {active keys in first-seen order}, [active key] = {bucket keys} }.
 local gathered = nil
 
 -- Adds bucket keys to a minute's active-key HyperLogLog (about 12 KB at most, standard error
@@ -532,19 +532,13 @@ local function check_one(KEYS, ARGV, clock)
     lease_key = KEYS[n + 4 + (reserve_ttl > 0 and 1 or 0)]
   end
 
-  -- The field of a call the server made, or nil for the caller's request_id (a key of its own).
-  local call_field = nil
-  if ARGV[4 + 7 * n] ~= '1' then
-    call_field = ARGV[4 + 7 * n]
-  end
-
+  -- A check's own record is its caller's request_id's (a key of its own); a batch's record
+  -- serves every other check.
   if dedup_ttl > 0 then
-    local seen
-    if call_field then
-      seen = redis.call('HGET', dedup_key, call_field)
-    else
-      seen = redis.call('GET', dedup_key)
+    if ARGV[4 + 7 * n] ~= '1' then
+      error('a record of its own is a request_id\'s: ARGV[4+7n] must be 1 when ARGV[2] > 0')
     end
+    local seen = redis.call('GET', dedup_key)
     if seen then
       local reply = decode_record(seen)
       reply[1] = 1
@@ -586,7 +580,7 @@ local function check_one(KEYS, ARGV, clock)
         fresh[#fresh + 1] = { KEYS[i], rules[i].ttl }
       end
     end
-    if dedup_ttl > 0 and not call_field then
+    if dedup_ttl > 0 then
       fresh[#fresh + 1] = { dedup_key, dedup_ttl }
     end
     if allowed and reserve_ttl > 0 then
@@ -724,35 +718,22 @@ local function check_one(KEYS, ARGV, clock)
   end
 
   if dedup_ttl > 0 then
-    if call_field then
-      redis.call('HSET', dedup_key, call_field, encode_record(reply))
-      -- Pushed back, never brought forward: an instance with a shorter deadline (so a shorter
-      -- TTL) must not cut another's records short. A hash without a TTL answers -1.
-      if redis.call('PTTL', dedup_key) < dedup_ttl then
-        redis.call('PEXPIRE', dedup_key, dedup_ttl)
-      end
-    else
-      redis.call('SET', dedup_key, cjson.encode(reply), 'PX', dedup_ttl)
-    end
+    redis.call('SET', dedup_key, cjson.encode(reply), 'PX', dedup_ttl)
   end
 
   -- Active keys: the buckets this instance has not marked this minute go into the tenant's
-  -- HyperLogLog of the minute, at once, or (in a batch) with the batch's others at its end.
+  -- HyperLogLog of the minute with the batch's others, at its end.
   if not dry_run then
     local marks = ARGV[6 + 7 * n] or ''
     local active_key = KEYS[n + 2]
-    local unmarked = gathered and gathered[active_key] or {}
+    local unmarked = gathered[active_key] or {}
     local before = #unmarked
     for i = 1, n do
       if string.sub(marks, i, i) ~= '0' then
         unmarked[#unmarked + 1] = KEYS[i]
       end
     end
-    if not gathered then
-      if #unmarked > 0 then
-        mark_active(active_key, unmarked)
-      end
-    elseif before == 0 and #unmarked > 0 then
+    if before == 0 and #unmarked > 0 then
       gathered[active_key] = unmarked
       gathered.order[#gathered.order + 1] = active_key
     end
@@ -771,9 +752,7 @@ local function redis_time()
 end
 
 if ARGV[1] ~= 'batch' and ARGV[1] ~= 'resend' then
-  local reply = check_one(KEYS, ARGV, redis_time)
-  add_all_waiting()
-  return reply
+  return redis.error_reply('check.lua takes a batch: ARGV[1] is batch or resend (its header)')
 end
 
 -- A batch (see the header). A resend looks for the call's own record first, so that a resend

@@ -2128,6 +2128,73 @@ async fn a_call_record_written_as_json_by_an_earlier_script_still_answers_a_rese
 }
 
 #[tokio::test]
+async fn the_script_takes_only_batches_and_a_checks_own_record_only_for_a_request_id() {
+    // The server sends every check in a batch, so a call laid out as one check alone (the
+    // layout the script took before batches) is refused whole, and decides nothing.
+    let server = RedisServer::start();
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+    let script = redis::Script::new(include_str!("../../../lua/check.lua"));
+    let mut alone = script.prepare_invoke();
+    alone
+        .key("sl:{t}:r")
+        .key("slq:{t}:own")
+        .key("slk:{t}:1")
+        .key("slb:{t}");
+    for arg in [
+        "", "0", "1", "1", "5", "1000", "5", "1", "0", "0", "0", "-1", "0",
+    ] {
+        alone.arg(arg);
+    }
+    let refused: redis::RedisResult<redis::Value> = alone.invoke_async(&mut connection).await;
+    let message = refused.expect_err("a check alone was decided").to_string();
+    assert!(message.contains("takes a batch"), "{message}");
+    assert_eq!(server.cli(&["EXISTS", "sl:{t}:r"]).trim(), "0");
+
+    // In a batch, a check that asks for a record of its own (ARGV[2] > 0) must say it is a
+    // request_id's: the only record of its own a check keeps. Otherwise that check fails
+    // (reply 3 and the error) and writes nothing.
+    use sluice::limiter::packed_args::{array, int, str, uint};
+    let (mut counts, mut args) = (Vec::new(), Vec::new());
+    array(&mut counts, 1);
+    uint(&mut counts, 4);
+    array(&mut args, 1);
+    array(&mut args, 13);
+    str(&mut args, b"");
+    int(&mut args, 5000);
+    uint(&mut args, 1);
+    for v in [1, 5, 1000, 5, 1] {
+        uint(&mut args, v);
+    }
+    for word in ["0", "0", "0"] {
+        str(&mut args, word.as_bytes());
+    }
+    int(&mut args, -1);
+    str(&mut args, b"0");
+    let mut batch = script.prepare_invoke();
+    batch
+        .key("slq:{t}:1:1000")
+        .key("sl:{t}:r")
+        .key("slr:{t}:own")
+        .key("slk:{t}:1")
+        .key("slb:{t}")
+        .arg("batch")
+        .arg("f1")
+        .arg(1000)
+        .arg(counts)
+        .arg(args);
+    let packed: Vec<u8> = batch.invoke_async(&mut connection).await.unwrap();
+    let replies = sluice::limiter::batch_reply::decode(&packed).unwrap();
+    let failed: (i64, String) = redis::from_redis_value(&replies[0]).unwrap();
+    assert_eq!(failed.0, 3, "{failed:?}");
+    assert!(failed.1.contains("request_id"), "{failed:?}");
+    assert_eq!(
+        server.cli(&["EXISTS", "sl:{t}:r", "slr:{t}:own"]).trim(),
+        "0"
+    );
+}
+
+#[tokio::test]
 async fn a_request_ids_record_stays_json_for_instances_of_an_earlier_version() {
     // A retry with the same request_id may reach any instance; during a rolling upgrade, one
     // whose script decodes records with cjson only. Its record must stay JSON, and a retry
