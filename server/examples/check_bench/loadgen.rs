@@ -216,9 +216,13 @@ pub async fn run(client: &reqwest::Client, load: &Load) -> Report {
 }
 
 /// An error and its causes, outermost first: reqwest's own message ("error sending request")
-/// says little without hyper's and the socket's beneath it.
+/// says little without hyper's and the socket's beneath it. The server's URL is left out, so
+/// that errors of one kind read the same whatever port the server had.
 fn causes(e: &reqwest::Error) -> String {
     let mut text = e.to_string();
+    if let Some(url) = e.url() {
+        text = text.replace(&format!(" for url ({url})"), "");
+    }
     let mut source = e.source();
     while let Some(cause) = source {
         text.push_str(": ");
