@@ -511,7 +511,6 @@ async fn bench(seconds: u64, rounds: usize) {
         for k in 0..n {
             let t = &mut targets[(round + k) % n];
             step += 1;
-            let calls_before = redis.command_stats("evalsha").0;
             let denied_before = if t.denies {
                 denials(&client, &t.url).await
             } else {
@@ -533,7 +532,10 @@ async fn bench(seconds: u64, rounds: usize) {
                 per_request(cpu_after.0, cpu_before.0),
                 per_request(cpu_after.1, cpu_before.1),
             ));
-            let calls = redis.command_stats("evalsha").0 - calls_before;
+            // Check-script calls during the run, from the same two readings.
+            let evalsha =
+                |totals: &BTreeMap<String, (u64, u64)>| totals.get("evalsha").map_or(0, |c| c.0);
+            let calls = evalsha(&commands_after) - evalsha(&commands_before);
             if t.on_redis {
                 let expired = expired_keys(&redis).saturating_sub(expired_before);
                 t.expired_per_request

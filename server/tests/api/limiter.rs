@@ -1922,6 +1922,17 @@ async fn a_batch_reads_the_quota_index_once_and_prunes_it_until_nothing_is_due()
 /// token-bucket rule (5 a `period_ms`, cost 1) without a record of its own, under a quota of
 /// `quota` live keys (-1 for none), its bucket already marked active.
 fn packed_token_bucket_checks(checks: usize, period_ms: u64, quota: i64) -> (Vec<u8>, Vec<u8>) {
+    packed_token_bucket_checks_keeping(checks, period_ms, quota, 0)
+}
+
+/// [`packed_token_bucket_checks`], each check asking for a record of its own kept
+/// `record_ttl_ms` (its `ARGV[2]`; 0 for none) while its `ARGV[4+7n]` says `0`.
+fn packed_token_bucket_checks_keeping(
+    checks: usize,
+    period_ms: u64,
+    quota: i64,
+    record_ttl_ms: i64,
+) -> (Vec<u8>, Vec<u8>) {
     use sluice::limiter::packed_args::{array, int, str, uint};
     let (mut counts, mut args) = (Vec::new(), Vec::new());
     array(&mut counts, checks);
@@ -1930,7 +1941,7 @@ fn packed_token_bucket_checks(checks: usize, period_ms: u64, quota: i64) -> (Vec
         uint(&mut counts, 4);
         array(&mut args, 13);
         str(&mut args, b"");
-        int(&mut args, 0);
+        int(&mut args, record_ttl_ms);
         uint(&mut args, 1);
         for v in [1, 5, period_ms, 5, 1] {
             uint(&mut args, v);
@@ -2070,14 +2081,24 @@ async fn a_bucket_that_outlived_its_index_entry_is_rescored_and_still_counted() 
     assert_eq!((live, quota), (2, 2), "the kept bucket still counts");
 }
 
+/// A connection to `server` and `lua/check.lua`, for tests that call the script themselves.
+async fn check_script_on(
+    server: &RedisServer,
+) -> (redis::aio::MultiplexedConnection, redis::Script) {
+    let client = redis::Client::open(server.url()).unwrap();
+    let connection = client.get_multiplexed_async_connection().await.unwrap();
+    (
+        connection,
+        redis::Script::new(include_str!("../../../lua/check.lua")),
+    )
+}
+
 #[tokio::test]
 async fn a_call_record_written_as_json_by_an_earlier_script_still_answers_a_resend() {
     // Records are MessagePack now; one written as JSON before an upgrade, minutes earlier at
     // most, must still return its first decision rather than fail or decide again.
     let server = RedisServer::start();
-    let client = redis::Client::open(server.url()).unwrap();
-    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
-    let script = redis::Script::new(include_str!("../../../lua/check.lua"));
+    let (mut connection, script) = check_script_on(&server).await;
     let record = "slq:{t}:1";
     let first = r#"[[0,1800000000000,1,1,"4",500,0]]"#;
     server.cli(&["HSET", record, "f1", first]);
@@ -2132,9 +2153,7 @@ async fn the_script_takes_only_batches_and_a_checks_own_record_only_for_a_reques
     // The server sends every check in a batch, so a call laid out as one check alone (the
     // layout the script took before batches) is refused whole, and decides nothing.
     let server = RedisServer::start();
-    let client = redis::Client::open(server.url()).unwrap();
-    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
-    let script = redis::Script::new(include_str!("../../../lua/check.lua"));
+    let (mut connection, script) = check_script_on(&server).await;
     let mut alone = script.prepare_invoke();
     alone
         .key("sl:{t}:r")
@@ -2154,23 +2173,7 @@ async fn the_script_takes_only_batches_and_a_checks_own_record_only_for_a_reques
     // In a batch, a check that asks for a record of its own (ARGV[2] > 0) must say it is a
     // request_id's: the only record of its own a check keeps. Otherwise that check fails
     // (reply 3 and the error) and writes nothing.
-    use sluice::limiter::packed_args::{array, int, str, uint};
-    let (mut counts, mut args) = (Vec::new(), Vec::new());
-    array(&mut counts, 1);
-    uint(&mut counts, 4);
-    array(&mut args, 1);
-    array(&mut args, 13);
-    str(&mut args, b"");
-    int(&mut args, 5000);
-    uint(&mut args, 1);
-    for v in [1, 5, 1000, 5, 1] {
-        uint(&mut args, v);
-    }
-    for word in ["0", "0", "0"] {
-        str(&mut args, word.as_bytes());
-    }
-    int(&mut args, -1);
-    str(&mut args, b"0");
+    let (counts, args) = packed_token_bucket_checks_keeping(1, 1000, -1, 5000);
     let mut batch = script.prepare_invoke();
     batch
         .key("slq:{t}:1:1000")
