@@ -141,14 +141,30 @@ local FAILED = 3
 -- id (or nil), and the buckets it found absent (so writing them creates them), for the quota.
 local now, lease_id, absent
 
+-- The digits of each number this call has written, by value. A batch's checks write the same
+-- few numbers again and again (the batch's one time, the tokens left in new buckets): each
+-- string.format cost about 4,000 instructions, a lookup here a few dozen (docs/BENCHMARKS.md,
+-- "Each number printed once a call"). Zero is left out, so that 0 and -0 keep their own
+-- digits (a table holds them as one key), and NaN, which no table can hold as a key.
+local written = {}
+
 -- A whole number below 2^53 prints the same digits with %d, which skips the slow
 -- multi-precision path %.17g takes for the 13 digits of a time in ms.
 local function fmt(x)
-  local WHOLE = 2 ^ 53
-  if x == math.floor(x) and x ~= 0 and x < WHOLE and x > -WHOLE then
-    return string.format('%d', x)
+  local text = written[x]
+  if text then
+    return text
   end
-  return string.format('%.17g', x)
+  local WHOLE = 2 ^ 53
+  if x % 1 == 0 and x ~= 0 and x < WHOLE and x > -WHOLE then
+    text = string.format('%d', x)
+  else
+    text = string.format('%.17g', x)
+  end
+  if x ~= 0 and x == x then
+    written[x] = text
+  end
+  return text
 end
 
 -- A batch's record (a field in its tenant's hash) holds its replies in MessagePack, about four
