@@ -14,7 +14,7 @@ use sluice::config::LimiterTarget;
 use sluice::decide::DenyCache;
 use sluice::limiter::{
     keys, CheckOutcome, CheckRequest, Limiter, LimiterError, MemoryBackend, RedisOptions, Released,
-    Reserve, RuleCheck, Settlement,
+    Reserve, RuleCheck, Settlement, SETTLED_TTL,
 };
 
 use crate::services::{RedisCluster, RedisServer};
@@ -1849,6 +1849,91 @@ async fn concurrent_checks_of_a_tenant_share_calls_stay_exact_and_fail_alone() {
     count.extend(minutes.lines().map(str::trim));
     let active: f64 = server.cli(&count).trim().parse().unwrap();
     assert!((197.0..=205.0).contains(&active), "{active} active keys");
+}
+
+/// A tenant with a quota counts its reservations' and leases' records in its live-key index,
+/// each scored with the time it ends. A settle keeps its record only `SETTLED_TTL` more and
+/// a release its lease's record (`lua/settle.lua`, `lua/release.lua`): each entry must move
+/// with it, or the quota would count the record long after it is gone, until a prune found
+/// it. A bucket an overrun creates again enters the index as a check's would.
+#[tokio::test]
+async fn a_settle_and_a_release_move_their_records_in_the_quota_index_to_their_new_ends() {
+    let server = RedisServer::start();
+    let limiter = Limiter::connect(&LimiterTarget::Redis(server.url()), options(2))
+        .await
+        .unwrap();
+    let t = tenant();
+    let index = keys::live_index(&t);
+    let score = |member: &str| -> Option<i64> {
+        let text = server.cli(&["ZSCORE", &index, member]);
+        text.trim().parse().ok()
+    };
+    let kept = SETTLED_TTL.as_millis() as i64;
+
+    // A reservation kept an hour: its record enters the index an hour on.
+    let id = reservation_id(41);
+    let spec = LimitSpec::new(Algorithm::TokenBucket, 100, 60_000);
+    let reserve = CheckRequest {
+        reserve: Some(Reserve {
+            id: id.clone(),
+            ttl_ms: 3_600_000,
+        }),
+        max_live_keys: Some(100),
+        ..request(&t, vec![rule(&t, "r", spec, 10)], Some(T0))
+    };
+    assert!(limiter.check(&reserve).await.unwrap().allowed);
+    let record = keys::reservation(&t, &id);
+    let bucket = rule(&t, "r", spec, 1).key;
+    assert_eq!(score(&record), Some(T0 + 3_600_000));
+    // Its bucket ends, entry and all, as a prune would leave it; then the reservation is
+    // settled at 30 where it charged 10. The overrun creates the bucket again (80 tokens
+    // left, a refill of 100 tokens at 100 a minute, and the margin: 61 s), and the record
+    // is kept ten minutes from the settle.
+    server.cli(&["DEL", &bucket]);
+    server.cli(&["ZREM", &index, &bucket]);
+    let settled = limiter
+        .settle(&t, &id, 30, Some(T0 + 10), true)
+        .await
+        .unwrap();
+    assert!(
+        matches!(settled, Settlement::Settled { cost: 30, .. }),
+        "{settled:?}"
+    );
+    assert_eq!(
+        score(&bucket),
+        Some(T0 + 10 + 61_000),
+        "the bucket the overrun made"
+    );
+    assert_eq!(score(&record), Some(T0 + 10 + kept), "the settled record");
+
+    // A lease of an hour-long concurrency rule: its record ends with its lease (and a
+    // second's margin); released, it is kept ten minutes from the release, by Redis's clock.
+    let lease = reservation_id(42);
+    let hourly = LimitSpec::new(Algorithm::Concurrency, 5, 3_600_000);
+    let acquired = CheckRequest {
+        max_live_keys: Some(100),
+        ..acquire(&t, hourly, T0, &lease)
+    };
+    assert!(limiter.check(&acquired).await.unwrap().allowed);
+    let held = keys::lease(&t, &lease);
+    assert_eq!(score(&held), Some(T0 + 3_601_000));
+    let clock = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64
+    };
+    let before = clock();
+    assert_eq!(
+        limiter.release(&t, &lease, Some(T0), true).await.unwrap(),
+        Released::Now
+    );
+    let after = clock();
+    let moved = score(&held).expect("the released lease's record is still indexed");
+    assert!(
+        (before + kept..=after + kept).contains(&moved),
+        "released between {before} and {after}, kept {kept} ms: scored {moved}"
+    );
 }
 
 #[tokio::test]
