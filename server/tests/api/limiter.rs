@@ -1936,6 +1936,38 @@ async fn a_settle_and_a_release_move_their_records_in_the_quota_index_to_their_n
     );
 }
 
+/// A check of a concurrency rule without an id of its own takes a lease whose id is drawn at
+/// random (`CheckRequest::lease_id`): drawn once, for the lease record's key and for the
+/// member the bucket holds alike, or `/v1/release` with the record's id would free nothing.
+#[tokio::test]
+async fn a_lease_drawn_at_random_names_its_record_and_its_bucket_member_alike() {
+    let server = RedisServer::start();
+    let limiter = Limiter::connect(&LimiterTarget::Redis(server.url()), options(2))
+        .await
+        .unwrap();
+    let t = tenant();
+    let spec = LimitSpec::new(Algorithm::Concurrency, 1, 3_600_000);
+    let check = request(&t, vec![rule(&t, "in-flight", spec, 1)], Some(T0));
+    assert!(check.lease.is_none());
+    assert!(limiter.check(&check).await.unwrap().allowed);
+    let records = server.cli(&["KEYS", &format!("slc:{{{t}}}:*")]);
+    let records: Vec<&str> = records.lines().map(str::trim).collect();
+    assert_eq!(records.len(), 1, "one lease record: {records:?}");
+    let id = records[0].rsplit(':').next().unwrap().to_owned();
+    let bucket = rule(&t, "in-flight", spec, 1).key;
+    let member = server.cli(&["ZRANGE", &bucket, "0", "-1"]);
+    assert!(
+        member.trim().starts_with(&format!("{id}:")),
+        "the bucket holds {member:?}, the record is {id}"
+    );
+    // Released by the record's id, the one slot is free again.
+    assert_eq!(
+        limiter.release(&t, &id, None, false).await.unwrap(),
+        Released::Now
+    );
+    assert!(limiter.check(&check).await.unwrap().allowed);
+}
+
 #[tokio::test]
 async fn a_batch_reads_the_quota_index_once_and_prunes_it_until_nothing_is_due() {
     // The checks of a batch share what the first learnt of the live-bucket index (its size,
