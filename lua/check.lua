@@ -142,26 +142,31 @@ local FAILED = 3
 local now, lease_id, absent
 
 -- The digits of each number this call has written, by value. A batch's checks write the same
--- few numbers again and again (the batch's one time, the tokens left in new buckets): each
--- string.format cost about 4,000 instructions, a lookup here a few dozen (docs/BENCHMARKS.md,
--- "Each number printed once a call"). Zero is left out, so that 0 and -0 keep their own
--- digits (a table holds them as one key), and NaN, which no table can hold as a key.
+-- few numbers again and again (the batch's one time, the tokens left in new buckets): a
+-- string.format cost about 2,000 instructions, a lookup here a few dozen, and a number met
+-- the first time pays the lookup and its entry besides (docs/BENCHMARKS.md, "Each number
+-- printed once a call"). Zero and NaN are not kept: a table holds 0 and -0 as one key, and
+-- cannot hold NaN.
 local written = {}
 
 -- A whole number below 2^53 prints the same digits with %d, which skips the slow
--- multi-precision path %.17g takes for the 13 digits of a time in ms.
+-- multi-precision path %.17g takes for the 13 digits of a time in ms. Zero is written as
+-- %.17g writes it, its sign included.
 local function fmt(x)
+  if x == 0 then
+    return 1 / x < 0 and '-0' or '0'
+  end
   local text = written[x]
   if text then
     return text
   end
   local WHOLE = 2 ^ 53
-  if x % 1 == 0 and x ~= 0 and x < WHOLE and x > -WHOLE then
+  if x % 1 == 0 and x < WHOLE and x > -WHOLE then
     text = string.format('%d', x)
   else
     text = string.format('%.17g', x)
   end
-  if x ~= 0 and x == x then
+  if x == x then
     written[x] = text
   end
   return text
