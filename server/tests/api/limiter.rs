@@ -1854,8 +1854,8 @@ async fn concurrent_checks_of_a_tenant_share_calls_stay_exact_and_fail_alone() {
 /// A tenant with a quota counts its reservations' and leases' records in its live-key index,
 /// each scored with the time it ends. A settle keeps its record only `SETTLED_TTL` more and
 /// a release its lease's record (`lua/settle.lua`, `lua/release.lua`): each entry must move
-/// with it, or the quota would count the record long after it is gone, until a prune found
-/// it. A bucket an overrun creates again enters the index as a check's would.
+/// with it, or the quota would count the record long after it is gone, until its old end. A
+/// bucket an overrun creates again enters the index as a check's would.
 #[tokio::test]
 async fn a_settle_and_a_release_move_their_records_in_the_quota_index_to_their_new_ends() {
     let server = RedisServer::start();
@@ -1886,9 +1886,9 @@ async fn a_settle_and_a_release_move_their_records_in_the_quota_index_to_their_n
     let bucket = rule(&t, "r", spec, 1).key;
     assert_eq!(score(&record), Some(T0 + 3_600_000));
     // Its bucket ends, entry and all, as a prune would leave it; then the reservation is
-    // settled at 30 where it charged 10. The overrun creates the bucket again (80 tokens
-    // left, a refill of 100 tokens at 100 a minute, and the margin: 61 s), and the record
-    // is kept ten minutes from the settle.
+    // settled at 30 where it charged 10. The overrun creates the bucket again, with 80
+    // tokens, and its TTL covers a full refill (100 tokens at 100 a minute) and the second of
+    // margin: 61 s. The record is kept ten minutes from the settle.
     server.cli(&["DEL", &bucket]);
     server.cli(&["ZREM", &index, &bucket]);
     let settled = limiter
