@@ -1917,18 +1917,12 @@ async fn a_settle_and_a_release_move_their_records_in_the_quota_index_to_their_n
     assert!(limiter.check(&acquired).await.unwrap().allowed);
     let held = keys::lease(&t, &lease);
     assert_eq!(score(&held), Some(T0 + 3_601_000));
-    let clock = || {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as i64
-    };
-    let before = clock();
+    let before = sluice::store::now_ms();
     assert_eq!(
         limiter.release(&t, &lease, Some(T0), true).await.unwrap(),
         Released::Now
     );
-    let after = clock();
+    let after = sluice::store::now_ms();
     let moved = score(&held).expect("the released lease's record is still indexed");
     assert!(
         (before + kept..=after + kept).contains(&moved),
