@@ -2,7 +2,6 @@
 //! instance's Redis client ([`crate::redis_client`]): `EVALSHA`, or `EVAL` after a
 //! `NOSCRIPT`, within the client's deadline. Here: the script's arguments and its reply.
 
-use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, LazyLock, Mutex};
 
@@ -16,6 +15,7 @@ use super::check::{
     SETTLED_TTL,
 };
 use super::{batch_reply, packed_args};
+use crate::hashing::{FastMap, FastSet};
 use crate::redis_client::{self, keys, Attempt, RedisClient};
 
 /// The check script, hashed once.
@@ -110,7 +110,8 @@ pub async fn check(
 #[derive(Default)]
 pub struct RedisChecks {
     marks: ActiveMarks,
-    queues: Mutex<HashMap<String, Queue>>,
+    // Keyed by tenant id, which no client chooses: foldhash (`crate::hashing`).
+    queues: Mutex<FastMap<String, Queue>>,
 }
 
 impl std::fmt::Debug for RedisChecks {
@@ -334,7 +335,9 @@ fn add_batch_args(
 /// remembered a minute; past that, every call adds its buckets, as before.
 #[derive(Debug, Default)]
 pub struct ActiveMarks {
-    minute: Mutex<(i64, HashSet<u64>)>,
+    // The ids are this instance's keyed SipHash of each bucket, so no client chooses them
+    // either, and hashing them again with SipHash bought nothing.
+    minute: Mutex<(i64, FastSet<u64>)>,
     /// Keyed at random: clients choose subjects, so they must not choose colliding buckets.
     hasher: RandomState,
 }
@@ -382,7 +385,7 @@ impl ActiveMarks {
         ids
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, (i64, HashSet<u64>)> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (i64, FastSet<u64>)> {
         lock(&self.minute)
     }
 

@@ -9,12 +9,13 @@
 pub mod breaker;
 pub mod keys;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use breaker::{Breaker, Pass};
+
+use crate::hashing::FastMap;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
@@ -129,7 +130,8 @@ struct Nodes {
     slots: RwLock<Vec<(u16, u16, String)>>,
     slots_read: Mutex<Option<Instant>>,
     reading: AtomicBool,
-    breakers: Mutex<HashMap<String, Arc<Breaker>>>,
+    // Keyed by node address, which no client chooses: foldhash (`crate::hashing`).
+    breakers: Mutex<FastMap<String, Arc<Breaker>>>,
     /// Calls answered at once because their node's breaker was open.
     refused: std::sync::atomic::AtomicU64,
 }
