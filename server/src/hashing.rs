@@ -7,7 +7,8 @@
 //! makes no claim to resist a client who chooses keys that all land in one bucket (its seed
 //! comes from address-space layout and the time, not from the operating system's random
 //! source). So it keys only what clients cannot choose: tenant ids, policy names, key ids,
-//! and the deny cache's check identities (themselves SipHash outputs). Whatever a client
+//! Redis node addresses, and ids that are already keyed SipHash outputs (the deny cache's
+//! check identities, the Redis backend's active-key marks). Whatever a client
 //! sends, or a digest of it (subjects, request ids, presented keys), stays in SipHash's
 //! standard `HashMap`: the in-process limiter's buckets and records, and the key cache.
 
