@@ -10,8 +10,8 @@ All keys carry the tenant's hash tag `{tenant}`, so on a Redis Cluster they shar
 and one node can run the script.
 
 The arithmetic is the reference model's (app/src/rules/model.rs), operation for operation,
-in IEEE doubles; differential tests hold the two to identical answers. State is stored with
-%.17g, which round-trips a double exactly.
+in IEEE doubles; differential tests hold the two to identical answers. State is stored
+exactly: as the doubles themselves, or in decimal with %.17g (State, below).
 
 The script is always called with a batch (below), which carries each check's keys and
 arguments as follows; a call laid out as one check alone is refused.
@@ -87,6 +87,8 @@ ARGV[5]      each check's arguments as above, in order: a MessagePack array of m
              of a string: each separate argument cost Redis about a thousand instructions and
              each `tonumber` of one about 1,300 more (docs/BENCHMARKS.md, "A check's
              arguments, packed")
+ARGV[6]      the layout the buckets are written in (State, below): `hash`, or packed (`packed`,
+             or absent)
 Reply: one string, the list of the checks' replies in order packed in MessagePack (the bytes
        the batch's record keeps): a reply of nested arrays costs the server's Redis client
        about a thousand instructions a value to parse, one string a few a byte
@@ -110,10 +112,17 @@ has no TTL of its own: a bucket written again outlives the time it was first sco
 the index must outlive it too; it holds at most the quota's entries and Redis drops it with
 its last one.
 
-State, per algorithm (hash fields unless noted; every key gets a TTL covering a full refill):
+State, per algorithm (every key gets a TTL covering a full refill). The first five keep a few
+numbers, in one of two layouts, which the batch's ARGV[6] chooses for what this call writes:
+packed, a string of the numbers as little-endian doubles (struct format '<dd', '<ddd' or
+'<dddd'), in the order below, written with one SET ... PX; or hash, the fields named below
+with each number in decimal (%.17g, which round-trips a double exactly), written with HSET
+and PEXPIRE, the only layout that builds before packed buckets read. Both layouts are read
+whichever is written (the one written is tried first, the other only when the key is of the
+other type), so a fleet of this build may switch layouts at any time:
   token_bucket  v = tokens, t = last time      gcra           v = TAT - t (backlog), t = last time
   leaky_bucket  v = level,  t = last time      fixed_window   v = count, w = window, t
-  sliding_window v = current count, p = previous count, w = window index, t
+  sliding_window p = previous count, v = current count, w = window index, t
   sliding_log   a sorted set: score = time, member = "<time>:<k>:<cost>" (k makes equal
                 times unique); the newest score is the last time seen
   concurrency   a sorted set of leases: score = expiry time,
@@ -140,6 +149,9 @@ local FAILED = 3
 -- The state of the check being decided, which the helpers below read: its clock, its lease
 -- id (or nil), and the buckets it found absent (so writing them creates them), for the quota.
 local now, lease_id, absent
+
+-- Whether this call writes buckets as packed strings (the batch's ARGV[6] is not `hash`).
+local packed
 
 -- The digits of each number this call has written, by value. A batch's checks write the same
 -- few numbers again and again (the batch's one time, the tokens left in new buckets): a
@@ -246,8 +258,33 @@ local function decision(v, remaining, reset, retry)
   return { v = v, rem = remaining, reset = whole_ms(reset), retry = r }
 end
 
-local function read_hash(key, ...)
-  local values = redis.call('HMGET', key, ...)
+-- The struct format of a packed state of n numbers: little-endian doubles.
+local function packing(n)
+  return n == 2 and '<dd' or n == 3 and '<ddd' or '<dddd'
+end
+
+-- A bucket's state: its numbers in the order of its fields' names (...), read in either
+-- layout (the header's "State"), whichever this call writes; an absent key reads as no
+-- numbers. Each layout is tried first where it is the one written, so a call pays a second
+-- command only for a bucket last written in the other layout.
+local function read_state(key, ...)
+  if packed then
+    local raw = redis.pcall('GET', key)
+    if type(raw) ~= 'table' then
+      absent[key] = raw == false
+      if raw then
+        return { struct.unpack(packing(select('#', ...)), raw) }
+      end
+      return {}
+    end
+  end
+  local values = redis.pcall('HMGET', key, ...)
+  if values.err then
+    -- A packed string, under the hash layout.
+    local raw = redis.call('GET', key)
+    absent[key] = false
+    return { struct.unpack(packing(select('#', ...)), raw) }
+  end
   -- Every write sets all of a state's fields, so a missing first field is a missing key.
   absent[key] = values[1] == false
   for i = 1, #values do
@@ -269,8 +306,8 @@ end
 
 -- Decides one rule by its algorithm (the codes of ARGV[4+7i]), writing nothing. Returns the
 -- decision, the state to write if admitted, the state to write on a penalised denial, and the
--- bucket's TTL. A state is a flat list of hash field/value pairs, or for the log a table
--- { entry = {time, cost} }, for a lease { lease = {expiry, slots} }.
+-- bucket's TTL. A state is the list of its numbers in the header's order (State), or for the
+-- log a table { entry = {time, cost} }, for a lease { lease = {expiry, slots} }.
 local function decide_rule(algorithm, key, L, P, B, c, now, penalty)
   -- Verdicts, as the reply gives them.
   local ALLOW, DENY, NEVER = 1, 0, -1
@@ -279,7 +316,7 @@ local function decide_rule(algorithm, key, L, P, B, c, now, penalty)
   -- Slack for doubles that refilled to exactly the cost but read a few ulps short (model.rs).
   local EPSILON = 1e-9
   if algorithm == 1 then -- token bucket
-    local s = read_hash(key, 'v', 't')
+    local s = read_state(key, 'v', 't')
     local tokens, ts = s[1], s[2]
     if tokens == nil or ts == nil then
       tokens, ts = B, now
@@ -292,17 +329,17 @@ local function decide_rule(algorithm, key, L, P, B, c, now, penalty)
     end
     if tokens + EPSILON >= c then
       local left = math.max(0, tokens - c)
-      return decision(ALLOW, left, (B - left) * P / L, 0), { 'v', fmt(left), 't', fmt(now) }, nil, ttl
+      return decision(ALLOW, left, (B - left) * P / L, 0), { left, now }, nil, ttl
     end
     if penalty then
       tokens = math.min(tokens, math.max(0, tokens - c))
     end
     local d = decision(DENY, tokens, (B - tokens) * P / L, (c - tokens) * P / L)
-    return d, nil, penalty and { 'v', fmt(tokens), 't', fmt(now) } or nil, ttl
+    return d, nil, penalty and { tokens, now } or nil, ttl
   elseif algorithm == 2 then -- gcra
     local t = P / L
     local tau = B * t
-    local s = read_hash(key, 'v', 't')
+    local s = read_state(key, 'v', 't')
     local backlog, ts = s[1], s[2]
     if backlog == nil or ts == nil then
       backlog, ts = 0, now
@@ -316,15 +353,15 @@ local function decide_rule(algorithm, key, L, P, B, c, now, penalty)
     local after = backlog + c * t
     if after <= tau + EPSILON * t then
       local d = decision(ALLOW, math.max(0, (tau - after) / t), after, 0)
-      return d, { 'v', fmt(after), 't', fmt(now) }, nil, ttl
+      return d, { after, now }, nil, ttl
     end
     if penalty then
       backlog = math.max(backlog, math.min(after, tau))
     end
     local d = decision(DENY, math.max(0, (tau - backlog) / t), backlog, backlog + c * t - tau)
-    return d, nil, penalty and { 'v', fmt(backlog), 't', fmt(now) } or nil, ttl
+    return d, nil, penalty and { backlog, now } or nil, ttl
   elseif algorithm == 3 then -- leaky bucket
-    local s = read_hash(key, 'v', 't')
+    local s = read_state(key, 'v', 't')
     local level, ts = s[1], s[2]
     if level == nil or ts == nil then
       level, ts = 0, now
@@ -337,15 +374,15 @@ local function decide_rule(algorithm, key, L, P, B, c, now, penalty)
     end
     if level + c <= B + EPSILON then
       local filled = math.min(B, level + c)
-      return decision(ALLOW, B - filled, filled * P / L, 0), { 'v', fmt(filled), 't', fmt(now) }, nil, ttl
+      return decision(ALLOW, B - filled, filled * P / L, 0), { filled, now }, nil, ttl
     end
     if penalty then
       level = math.max(level, math.min(B, level + c))
     end
     local d = decision(DENY, B - level, level * P / L, (level + c - B) * P / L)
-    return d, nil, penalty and { 'v', fmt(level), 't', fmt(now) } or nil, ttl
+    return d, nil, penalty and { level, now } or nil, ttl
   elseif algorithm == 4 then -- fixed window
-    local s = read_hash(key, 'v', 'w', 't')
+    local s = read_state(key, 'v', 'w', 't')
     local count, window, ts = s[1], s[2], s[3]
     if count == nil or window == nil or ts == nil then
       count, window, ts = 0, math.floor(now / P), now
@@ -362,15 +399,15 @@ local function decide_rule(algorithm, key, L, P, B, c, now, penalty)
     end
     if count + c <= L then
       local d = decision(ALLOW, L - (count + c), ends_in, 0)
-      return d, { 'v', fmt(count + c), 'w', fmt(window), 't', fmt(now) }, nil, ttl
+      return d, { count + c, window, now }, nil, ttl
     end
     if penalty then
       count = math.max(count, math.min(L, count + c))
     end
     local d = decision(DENY, L - count, ends_in, ends_in)
-    return d, nil, penalty and { 'v', fmt(count), 'w', fmt(window), 't', fmt(now) } or nil, ttl
+    return d, nil, penalty and { count, window, now } or nil, ttl
   elseif algorithm == 5 then -- sliding window
-    local s = read_hash(key, 'p', 'v', 'w', 't')
+    local s = read_state(key, 'p', 'v', 'w', 't')
     local prev, cur, window, ts = s[1], s[2], s[3], s[4]
     if prev == nil or cur == nil or window == nil or ts == nil then
       prev, cur, window, ts = 0, 0, math.floor(now / P), now
@@ -394,7 +431,7 @@ local function decide_rule(algorithm, key, L, P, B, c, now, penalty)
     if estimate + c <= L + EPSILON then
       local empty = window_reset(cur + c, prev, left_in_window, P)
       local d = decision(ALLOW, math.max(0, L - (estimate + c)), empty, 0)
-      return d, { 'p', fmt(prev), 'v', fmt(cur + c), 'w', fmt(window), 't', fmt(now) }, nil, ttl
+      return d, { prev, cur + c, window, now }, nil, ttl
     end
     if penalty then
       cur = math.max(cur, math.min(L, cur + c))
@@ -410,7 +447,7 @@ local function decide_rule(algorithm, key, L, P, B, c, now, penalty)
     end
     local empty = window_reset(cur, prev, left_in_window, P)
     local d = decision(DENY, math.max(0, L - estimate), empty, retry)
-    return d, nil, penalty and { 'p', fmt(prev), 'v', fmt(cur), 'w', fmt(window), 't', fmt(now) } or nil, ttl
+    return d, nil, penalty and { prev, cur, window, now } or nil, ttl
   elseif algorithm == 6 then -- sliding log
     local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
     absent[key] = newest[2] == nil
@@ -496,6 +533,20 @@ local function lease_member(expires, slots)
   return lease_id .. ':' .. fmt(expires) .. ':' .. fmt(slots)
 end
 
+-- Writes a state of the first five algorithms as a hash, its fields named by how many
+-- numbers it has (the header's State), and returns HSET's reply, or its error as a table
+-- (a key of another type).
+local function write_hash(key, state)
+  local n = #state
+  if n == 2 then
+    return redis.pcall('HSET', key, 'v', fmt(state[1]), 't', fmt(state[2]))
+  elseif n == 3 then
+    return redis.pcall('HSET', key, 'v', fmt(state[1]), 'w', fmt(state[2]), 't', fmt(state[3]))
+  end
+  return redis.pcall('HSET', key, 'p', fmt(state[1]), 'v', fmt(state[2]), 'w', fmt(state[3]),
+    't', fmt(state[4]))
+end
+
 local function write(key, algorithm, state, ttl, P)
   if algorithm == 7 then
     redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now))
@@ -505,8 +556,13 @@ local function write(key, algorithm, state, ttl, P)
     redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(time - P))
     local k = redis.call('ZCOUNT', key, fmt(time), fmt(time))
     redis.call('ZADD', key, fmt(time), fmt(time) .. ':' .. k .. ':' .. fmt(cost))
-  else
-    redis.call('HSET', key, unpack(state))
+  elseif packed then
+    redis.call('SET', key, struct.pack(packing(#state), unpack(state)), 'PX', ttl)
+    return
+  elseif type(write_hash(key, state)) == 'table' then
+    -- A packed string, under the hash layout.
+    redis.call('DEL', key)
+    write_hash(key, state)
   end
   redis.call('PEXPIRE', key, ttl)
 end
@@ -688,12 +744,10 @@ local function check_one(KEYS, ARGV, clock)
         local mark = 0
         if r.algorithm == 6 then
           mark = r.admitted.entry[1]
-        else
-          for j = 1, #r.admitted, 2 do
-            if r.admitted[j] == 'w' then
-              mark = tonumber(r.admitted[j + 1])
-            end
-          end
+        elseif r.algorithm == 4 then
+          mark = r.admitted[2]
+        elseif r.algorithm == 5 then
+          mark = r.admitted[3]
         end
         local base = 3 + (i - 1) * 7
         -- Written as strings of their digits, as a check's own call passes them (a batch's
@@ -792,6 +846,7 @@ if ARGV[1] == 'resend' then
   end
 end
 
+packed = ARGV[6] ~= 'hash'
 local key_counts = cmsgpack.unpack(ARGV[4])
 local checks = cmsgpack.unpack(ARGV[5])
 local replies = {}

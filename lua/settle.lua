@@ -19,6 +19,8 @@ ARGV[4]      1 when the tenant has a quota of live keys: a bucket an overrun cre
              state had expired) is entered in the index, as a check would enter it, and the
              record's entry moves to its new expiry. A settle is never refused by the quota:
              it adds at most the buckets its check had.
+ARGV[5]      the layout buckets are written in: `hash`, or packed (anything else); both are
+             read (lua/check.lua's header, "State")
 
 Reply: { 0 }                        no such reservation (never made, or expired)
        { 1, estimate }              settled now
@@ -62,12 +64,23 @@ local function whole_ms(x)
   return math.ceil(x)
 end
 
--- The hash's fields as numbers, or nil when the key is absent.
-local function read_hash(key, fields)
-  local values = redis.call('HMGET', key, unpack(fields))
-  if values[1] == false then
+local packed = ARGV[5] ~= 'hash'
+
+-- The struct format of a packed state of n numbers: little-endian doubles.
+local function packing(n)
+  return n == 2 and '<dd' or n == 3 and '<ddd' or '<dddd'
+end
+
+-- A bucket's state as numbers, in the order of its fields' names, from either layout; nil
+-- when the key is absent.
+local function read_state(key, names)
+  local raw = redis.call('TYPE', key).ok
+  if raw == 'none' then
     return nil
+  elseif raw == 'string' then
+    return { struct.unpack(packing(#names), redis.call('GET', key)) }
   end
+  local values = redis.call('HMGET', key, unpack(names))
   for i = 1, #values do
     values[i] = tonumber(values[i])
   end
@@ -81,11 +94,25 @@ local function created(key, ttl)
   end
 end
 
-local function write(key, state, ttl)
+-- Writes a bucket's state (its numbers, in the order of its fields' names) in this call's
+-- layout, over whichever it was in.
+local function write(key, names, values, ttl)
   if redis.call('EXISTS', key) == 0 then
     created(key, ttl)
   end
-  redis.call('HSET', key, unpack(state))
+  if packed then
+    redis.call('SET', key, struct.pack(packing(#values), unpack(values)), 'PX', ttl)
+    return
+  end
+  local fields = {}
+  for i = 1, #values do
+    fields[2 * i - 1] = names[i]
+    fields[2 * i] = fmt(values[i])
+  end
+  if redis.call('TYPE', key).ok == 'string' then
+    redis.call('DEL', key)
+  end
+  redis.call('HSET', key, unpack(fields))
   redis.call('PEXPIRE', key, ttl)
 end
 
@@ -93,7 +120,7 @@ end
 -- cost. Called only when f ~= c, and for a refund only when the state exists.
 
 local function token_bucket(key, L, P, B, c, m, f)
-  local s = read_hash(key, { 'v', 't' })
+  local s = read_state(key, { 'v', 't' })
   if s == nil and f < c then
     return
   end
@@ -106,13 +133,13 @@ local function token_bucket(key, L, P, B, c, m, f)
   else
     tokens = tokens - (f - c)
   end
-  write(key, { 'v', fmt(tokens), 't', fmt(t) }, whole_ms((B - math.min(0, tokens)) * P / L + MARGIN))
+  write(key, { 'v', 't' }, { tokens, t }, whole_ms((B - math.min(0, tokens)) * P / L + MARGIN))
 end
 
 local function gcra(key, L, P, B, c, m, f)
   local per = P / L
   local tau = B * per
-  local s = read_hash(key, { 'v', 't' })
+  local s = read_state(key, { 'v', 't' })
   if s == nil and f < c then
     return
   end
@@ -125,11 +152,11 @@ local function gcra(key, L, P, B, c, m, f)
   else
     backlog = backlog + (f - c) * per
   end
-  write(key, { 'v', fmt(backlog), 't', fmt(t) }, whole_ms(math.max(tau, backlog) + MARGIN))
+  write(key, { 'v', 't' }, { backlog, t }, whole_ms(math.max(tau, backlog) + MARGIN))
 end
 
 local function leaky_bucket(key, L, P, B, c, m, f)
-  local s = read_hash(key, { 'v', 't' })
+  local s = read_state(key, { 'v', 't' })
   if s == nil and f < c then
     return
   end
@@ -142,11 +169,11 @@ local function leaky_bucket(key, L, P, B, c, m, f)
   else
     level = level + (f - c)
   end
-  write(key, { 'v', fmt(level), 't', fmt(t) }, whole_ms(math.max(B, level) * P / L + MARGIN))
+  write(key, { 'v', 't' }, { level, t }, whole_ms(math.max(B, level) * P / L + MARGIN))
 end
 
 local function fixed_window(key, L, P, B, c, m, f)
-  local s = read_hash(key, { 'v', 'w', 't' })
+  local s = read_state(key, { 'v', 'w', 't' })
   if s == nil and f < c then
     return
   end
@@ -165,11 +192,11 @@ local function fixed_window(key, L, P, B, c, m, f)
   else
     count = count + (f - c)
   end
-  write(key, { 'v', fmt(count), 'w', fmt(window), 't', fmt(t) }, whole_ms((window + 1) * P - t + MARGIN))
+  write(key, { 'v', 'w', 't' }, { count, window, t }, whole_ms((window + 1) * P - t + MARGIN))
 end
 
 local function sliding_window(key, L, P, B, c, m, f)
-  local s = read_hash(key, { 'p', 'v', 'w', 't' })
+  local s = read_state(key, { 'p', 'v', 'w', 't' })
   if s == nil and f < c then
     return
   end
@@ -193,8 +220,7 @@ local function sliding_window(key, L, P, B, c, m, f)
   else
     cur = cur + (f - c)
   end
-  local state = { 'p', fmt(prev), 'v', fmt(cur), 'w', fmt(w), 't', fmt(t) }
-  write(key, state, whole_ms(P - (t - w * P) + P + MARGIN))
+  write(key, { 'p', 'v', 'w', 't' }, { prev, cur, w, t }, whole_ms(P - (t - w * P) + P + MARGIN))
 end
 
 local function sliding_log(key, L, P, B, c, m, f)

@@ -51,6 +51,14 @@ pub struct Config {
     #[arg(long, env = "SLUICE_REDIS_CONNECTIONS", default_value_t = 4)]
     pub redis_connections: usize,
 
+    /// How buckets are stored on Redis: `packed` (a string of numbers, one command a rule
+    /// fewer) or `hash` (the only layout that builds of Sluice before packed buckets read).
+    /// This build reads both. While a fleet still runs instances of such an earlier build, run
+    /// the new ones with `hash`; once none is left, switch to `packed` (docs/ARCHITECTURE.md,
+    /// "Bucket layouts").
+    #[arg(long, env = "SLUICE_REDIS_BUCKET_LAYOUT", value_enum, default_value_t = BucketLayout::Packed)]
+    pub redis_bucket_layout: BucketLayout,
+
     /// Mark the console's session cookie `Secure`. Set it when people reach Sluice over
     /// HTTPS, directly or through a TLS-terminating proxy.
     #[arg(long, env = "SLUICE_SECURE_COOKIES", default_value_t = false)]
@@ -114,6 +122,31 @@ pub enum LogFormat {
     Json,
 }
 
+/// How a bucket of the algorithms whose state is a few numbers (all but `sliding_log` and
+/// `concurrency`, which are sorted sets) is stored on Redis. The scripts read both layouts,
+/// whichever they write, so instances of this version may switch at any time; instances of
+/// earlier versions read only hashes (docs/ARCHITECTURE.md, "Bucket layouts").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum BucketLayout {
+    /// A string of the state's numbers as little-endian doubles, written with one `SET … PX`:
+    /// a command a rule fewer than the hash, and no number printed or parsed.
+    #[default]
+    Packed,
+    /// A hash of the state's fields, written with `HSET` and `PEXPIRE`, each number printed in
+    /// decimal: the only layout of earlier versions, for a fleet that still runs some.
+    Hash,
+}
+
+impl BucketLayout {
+    /// The word the scripts take (the batch's `ARGV[6]`, the settle's `ARGV[5]`).
+    pub(crate) fn word(self) -> &'static str {
+        match self {
+            BucketLayout::Packed => "packed",
+            BucketLayout::Hash => "hash",
+        }
+    }
+}
+
 /// Where the counters live, derived from the Redis settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LimiterTarget {
@@ -135,6 +168,7 @@ impl Config {
             redis_cluster_nodes: Vec::new(),
             redis_timeout_ms: 250,
             redis_connections: 4,
+            redis_bucket_layout: BucketLayout::Packed,
             secure_cookies: false,
             admin_password: None,
             header_timeout_ms: 10_000,

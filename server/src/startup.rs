@@ -372,6 +372,7 @@ async fn connect_limiter(config: &Config) -> anyhow::Result<Limiter> {
     };
     Limiter::connect(&config.limiter_target(), options)
         .await
+        .map(|limiter| limiter.with_bucket_layout(config.redis_bucket_layout))
         .context("cannot reach Redis: check REDIS_URL / REDIS_CLUSTER_NODES and that Redis is up")
 }
 

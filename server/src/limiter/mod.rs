@@ -14,6 +14,7 @@ mod memory;
 pub mod packed_args;
 mod redis_backend;
 
+pub use crate::config::BucketLayout;
 pub use check::{
     BackendKind, CheckOutcome, CheckRequest, LimiterError, Released, Reserve, RuleCheck,
     Settlement, DEFAULT_RESERVATION_TTL_MS, MAX_RESERVATION_TTL_MS, MAX_RULES,
@@ -56,6 +57,17 @@ impl Limiter {
                 Default::default(),
             ),
         })
+    }
+
+    /// This limiter, writing its buckets on Redis in `layout` (the in-process limiter has no
+    /// layout). Call it before the limiter is shared: the checks it has queued are dropped.
+    pub fn with_bucket_layout(self, layout: BucketLayout) -> Self {
+        match self {
+            Limiter::Redis(redis, _) => {
+                Limiter::Redis(redis, std::sync::Arc::new(RedisChecks::new(layout)))
+            }
+            other => other,
+        }
     }
 
     pub fn kind(&self) -> BackendKind {
@@ -133,8 +145,8 @@ impl Limiter {
         }
         match self {
             Limiter::InProcess(memory) => Ok(memory.settle(tenant, id, cost, now_ms)),
-            Limiter::Redis(redis, _) => {
-                redis_backend::settle(redis, tenant, id, cost, now_ms, quota).await
+            Limiter::Redis(redis, checks) => {
+                redis_backend::settle(redis, tenant, id, cost, now_ms, quota, checks.layout()).await
             }
         }
     }

@@ -15,6 +15,7 @@ use super::check::{
     SETTLED_TTL,
 };
 use super::{batch_reply, packed_args};
+use crate::config::BucketLayout;
 use crate::hashing::{FastMap, FastSet};
 use crate::redis_client::{self, keys, Attempt, RedisClient};
 
@@ -110,6 +111,8 @@ pub async fn check(
 #[derive(Default)]
 pub struct RedisChecks {
     marks: ActiveMarks,
+    /// The layout the scripts write buckets in.
+    layout: BucketLayout,
     // Keyed by tenant id, which no client chooses: foldhash (`crate::hashing`).
     queues: Mutex<FastMap<String, Queue>>,
 }
@@ -155,6 +158,19 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl RedisChecks {
+    /// No checks waiting, and buckets written in `layout`.
+    pub fn new(layout: BucketLayout) -> Self {
+        Self {
+            layout,
+            ..Self::default()
+        }
+    }
+
+    /// The layout buckets are written in.
+    pub fn layout(&self) -> BucketLayout {
+        self.layout
+    }
+
     fn enqueue(self: &Arc<Self>, redis: &RedisClient, tenant: &str, waiting: Waiting) {
         let mut queues = lock(&self.queues);
         let queue = match queues.get_mut(tenant) {
@@ -188,7 +204,7 @@ struct Flusher {
 impl Flusher {
     async fn run(mut self) {
         while let Some(batch) = self.next_batch() {
-            send_batch(&self.redis, &self.tenant, batch).await;
+            send_batch(&self.redis, &self.tenant, batch, self.checks.layout).await;
         }
     }
 
@@ -224,7 +240,7 @@ impl Drop for Flusher {
 }
 
 /// Sends `batch` (checks of `tenant`) as one call and hands each check its reply.
-async fn send_batch(redis: &RedisClient, tenant: &str, batch: Vec<Waiting>) {
+async fn send_batch(redis: &RedisClient, tenant: &str, batch: Vec<Waiting>, layout: BucketLayout) {
     let ttl = call_ttl_ms(redis);
     let record = keys::CallRecord::new(tenant, batch[0].now_ms, ttl);
     let calls = u32::try_from(batch.len()).unwrap_or(u32::MAX);
@@ -235,7 +251,7 @@ async fn send_batch(redis: &RedisClient, tenant: &str, batch: Vec<Waiting>) {
             &record.key,
             calls,
             batch_room(&record, &batch),
-            |cmd, attempt| add_batch_args(cmd, &record, ttl, &batch, attempt),
+            |cmd, attempt| add_batch_args(cmd, &record, ttl, &batch, attempt, layout),
         )
         .await;
     let result = result.map(|packed| batch_reply::decode(&packed));
@@ -280,8 +296,8 @@ fn keys_of(w: &Waiting) -> impl Iterator<Item = &[u8]> {
 /// number it adds itself is counted at its widest).
 fn batch_room(record: &keys::CallRecord, batch: &[Waiting]) -> (usize, usize) {
     let (mut count, mut bytes) = (
-        7,
-        record.key.len() + 64 + (packed_args::MAX_INT_LEN + 5) * (batch.len() + 1),
+        8,
+        record.key.len() + 70 + (packed_args::MAX_INT_LEN + 5) * (batch.len() + 1),
     );
     for w in batch {
         count += w.key_count;
@@ -293,13 +309,15 @@ fn batch_room(record: &keys::CallRecord, batch: &[Waiting]) -> (usize, usize) {
 /// A batch's `numkeys KEYS… ARGV…`, as `lua/check.lua`'s header documents it: a first send
 /// says `batch`, and the script skips looking for a record no send can have written yet; a
 /// later one says `resend`, and the script returns the record when an earlier send ran. The
-/// checks' key counts and their arguments travel as two MessagePack arrays.
+/// checks' key counts and their arguments travel as two MessagePack arrays, and the layout
+/// the script writes buckets in follows them.
 fn add_batch_args(
     cmd: &mut redis::Cmd,
     record: &keys::CallRecord,
     ttl: i64,
     batch: &[Waiting],
     attempt: Attempt,
+    layout: BucketLayout,
 ) {
     cmd.arg(1 + batch.iter().map(|w| w.key_count).sum::<usize>());
     cmd.arg(&record.key);
@@ -325,6 +343,8 @@ fn add_batch_args(
     for w in batch {
         packed_args::raw(&mut checks, &w.args);
     }
+    drop(checks);
+    cmd.arg(layout.word());
 }
 
 /// The buckets this instance has added to the current minute's active-key HyperLogLog. The
@@ -615,7 +635,8 @@ struct Charged {
 
 /// Settles reservation `id` of `tenant` at `cost`: reads which buckets it charged, then runs
 /// `lua/settle.lua` on them and the record in one step (the script checks the record still
-/// names them). `quota`: whether the tenant has a quota of live keys.
+/// names them). `quota`: whether the tenant has a quota of live keys; `layout`: how the
+/// buckets it writes are stored.
 pub async fn settle(
     redis: &RedisClient,
     tenant: &str,
@@ -623,6 +644,7 @@ pub async fn settle(
     cost: u64,
     now_ms: Option<i64>,
     quota: bool,
+    layout: BucketLayout,
 ) -> Result<Settlement, LimiterError> {
     let bad = |what: String| LimiterError::Protocol(format!("settle: {what}"));
     let record = keys::reservation(tenant, id);
@@ -647,7 +669,9 @@ pub async fn settle(
                 Some(now) => cmd.arg(now),
                 None => cmd.arg(""),
             };
-            cmd.arg(SETTLED_TTL.as_millis() as u64).arg(u8::from(quota));
+            cmd.arg(SETTLED_TTL.as_millis() as u64)
+                .arg(u8::from(quota))
+                .arg(layout.word());
         })
         .await?;
     let number = |v: &Value| -> Result<u64, LimiterError> {

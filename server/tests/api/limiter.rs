@@ -13,8 +13,8 @@ use rand::{Rng, SeedableRng};
 use sluice::config::LimiterTarget;
 use sluice::decide::DenyCache;
 use sluice::limiter::{
-    keys, CheckOutcome, CheckRequest, Limiter, LimiterError, MemoryBackend, RedisOptions, Released,
-    Reserve, RuleCheck, Settlement, SETTLED_TTL,
+    keys, BucketLayout, CheckOutcome, CheckRequest, Limiter, LimiterError, MemoryBackend,
+    RedisOptions, Released, Reserve, RuleCheck, Settlement, SETTLED_TTL,
 };
 
 use crate::services::{RedisCluster, RedisServer};
@@ -1595,8 +1595,10 @@ fn random_step(rng: &mut SmallRng, period: u64) -> i64 {
 
 /// Drives one random sequence through Redis (explicit clock) and the model side by side;
 /// returns the first disagreement.
+/// One random sequence of checks, each sent through `limiters[step % limiters.len()]` (instances
+/// of one fleet, which may write buckets in different layouts) and decided by the model too.
 async fn differential_sequence(
-    limiter: &Limiter,
+    limiters: &[Limiter],
     seed: u64,
     algorithms: &[Algorithm],
 ) -> Result<(), String> {
@@ -1634,7 +1636,7 @@ async fn differential_sequence(
                 shadow: shadows[i],
             })
             .collect();
-        let lua = limiter
+        let lua = limiters[step % limiters.len()]
             .check(&request(&t, rules, Some(now)))
             .await
             .map_err(|e| e.to_string())?;
@@ -1666,18 +1668,28 @@ async fn differential_sequence(
     Ok(())
 }
 
-async fn run_differential(seeds: std::ops::Range<u64>, pick: impl Fn(u64) -> Vec<Algorithm>) {
+/// Runs [`differential_sequence`] for every seed, against one private Redis, through one
+/// instance per layout in `layouts`, taken in turn.
+async fn run_differential(
+    seeds: std::ops::Range<u64>,
+    layouts: &[BucketLayout],
+    pick: impl Fn(u64) -> Vec<Algorithm>,
+) {
     let server = RedisServer::start();
-    let limiter = Limiter::connect(&LimiterTarget::Redis(server.url()), options(4))
-        .await
-        .unwrap();
+    let mut limiters = Vec::new();
+    for layout in layouts {
+        let limiter = Limiter::connect(&LimiterTarget::Redis(server.url()), options(4))
+            .await
+            .unwrap();
+        limiters.push(limiter.with_bucket_layout(*layout));
+    }
     let mut failures = Vec::new();
     let seeds: Vec<u64> = seeds.collect();
     for chunk in seeds.chunks(64) {
         let results = join_all(chunk.iter().map(|&seed| {
             let algorithms = pick(seed);
-            let limiter = &limiter;
-            async move { differential_sequence(limiter, seed, &algorithms).await }
+            let limiters = &limiters;
+            async move { differential_sequence(limiters, seed, &algorithms).await }
         }))
         .await;
         failures.extend(results.into_iter().filter_map(Result::err));
@@ -1694,13 +1706,71 @@ async fn run_differential(seeds: std::ops::Range<u64>, pick: impl Fn(u64) -> Vec
 async fn lua_and_the_model_agree_on_1000_random_sequences_per_algorithm() {
     for (i, algorithm) in Algorithm::ALL.into_iter().enumerate() {
         let base = i as u64 * 10_000;
-        run_differential(base..base + 1000, |_| vec![algorithm]).await;
+        run_differential(base..base + 1000, &[BucketLayout::Packed], |_| {
+            vec![algorithm]
+        })
+        .await;
+    }
+}
+
+/// The instances of a fleet may write buckets in either layout (`--redis-bucket-layout`), and
+/// each reads both: sequences sent through a `hash` instance alone, and through a `hash` and a
+/// `packed` instance in turn (every bucket changing layout at every step), answer as the
+/// model does.
+#[tokio::test]
+async fn lua_and_the_model_agree_whichever_layout_each_instance_writes() {
+    for (i, algorithm) in Algorithm::ALL.into_iter().enumerate() {
+        let base = 200_000 + i as u64 * 10_000;
+        run_differential(base..base + 200, &[BucketLayout::Hash], |_| vec![algorithm]).await;
+        let both = [BucketLayout::Hash, BucketLayout::Packed];
+        run_differential(base + 5_000..base + 5_300, &both, |_| vec![algorithm]).await;
+    }
+}
+
+/// A bucket is stored in the layout of the instance that wrote it last, and keeps its count
+/// and its TTL across a change: a `hash` instance writes a hash, a `packed` one a string.
+#[tokio::test]
+async fn a_bucket_takes_the_layout_of_its_last_writer_and_keeps_its_count() {
+    let server = RedisServer::start();
+    let connect = |layout| {
+        let url = server.url();
+        async move {
+            Limiter::connect(&LimiterTarget::Redis(url), options(1))
+                .await
+                .unwrap()
+                .with_bucket_layout(layout)
+        }
+    };
+    let hash = connect(BucketLayout::Hash).await;
+    let packed = connect(BucketLayout::Packed).await;
+    let t = tenant();
+    let spec = LimitSpec::new(Algorithm::FixedWindow, 10, crate::helpers::DAY_MS);
+    let req = request(&t, vec![rule(&t, "r", spec, 1)], Some(T0));
+    let key = req.rules[0].key.clone();
+    let window = (T0 / crate::helpers::DAY_MS as i64) as f64;
+    for (count, limiter, kind) in [
+        (1.0, &hash, "hash"),
+        (2.0, &packed, "string"),
+        (3.0, &packed, "string"),
+        (4.0, &hash, "hash"),
+        (5.0, &packed, "string"),
+    ] {
+        let outcome = limiter.check(&req).await.unwrap();
+        assert!(outcome.allowed);
+        assert_eq!(outcome.decisions[0].remaining, 10.0 - count);
+        assert_eq!(
+            server.bucket_state(&key, &["v", "w", "t"]),
+            (kind.to_owned(), vec![count, window, T0 as f64]),
+            "after check {count}"
+        );
+        let ttl: i64 = server.cli(&["PTTL", &key]).trim().parse().unwrap();
+        assert!(ttl > 0, "the bucket keeps a TTL after check {count}: {ttl}");
     }
 }
 
 #[tokio::test]
 async fn lua_and_the_model_agree_on_multi_rule_sequences_with_shadows() {
-    run_differential(100_000..100_500, |seed| {
+    run_differential(100_000..100_500, &[BucketLayout::Packed], |seed| {
         let mut rng = SmallRng::seed_from_u64(seed ^ 0xA5A5);
         (0..rng.gen_range(2..=4))
             .map(|_| Algorithm::ALL[rng.gen_range(0..Algorithm::ALL.len())])
@@ -2446,9 +2516,15 @@ async fn a_tenants_keys_share_one_slot_and_200_tenants_spread_over_all_masters()
 #[tokio::test]
 async fn lua_and_the_model_settle_alike_on_random_sequences() {
     let server = RedisServer::start();
-    let redis = Limiter::connect(&LimiterTarget::Redis(server.url()), options(4))
-        .await
-        .unwrap();
+    // Every third step goes through an instance that writes hashes, the others through one
+    // that writes packed buckets: checks and settles read and write both layouts in turn.
+    let mut instances = Vec::new();
+    for layout in [BucketLayout::Packed, BucketLayout::Hash] {
+        let limiter = Limiter::connect(&LimiterTarget::Redis(server.url()), options(4))
+            .await
+            .unwrap();
+        instances.push(limiter.with_bucket_layout(layout));
+    }
     let mut failures = Vec::new();
     let mut settled = 0;
     for seed in 0..600u64 {
@@ -2469,6 +2545,7 @@ async fn lua_and_the_model_settle_alike_on_random_sequences() {
         // is given, not from the later time its state holds.
         let mut made: Vec<(String, i64, Option<i64>)> = Vec::new();
         for step in 0..30u64 {
+            let redis = &instances[usize::from((seed + step) % 3 == 0)];
             now += random_step(&mut rng, specs[0].period_ms).max(0);
             if !made.is_empty() && rng.gen_bool(0.4) {
                 let which = rng.gen_range(0..made.len());

@@ -426,7 +426,7 @@ async fn a_check_resent_after_its_reply_was_lost_is_counted_once() {
     let key = request.rules[0].key.clone();
     let first = limiter.check(&request).await.unwrap();
     assert!(first.allowed && !first.deduplicated);
-    assert_eq!(redis.cli(&["HGET", &key, "v"]).trim(), "1");
+    assert_eq!(redis.bucket_state(&key, &["v", "w", "t"]).1[0], 1.0);
 
     proxy.armed.store(true, Ordering::SeqCst);
     let resent = limiter.check(&request).await.unwrap();
@@ -437,7 +437,7 @@ async fn a_check_resent_after_its_reply_was_lost_is_counted_once() {
         "the resend found the first send's record"
     );
     // Two checks, two units: the lost reply's call ran once, not twice.
-    assert_eq!(redis.cli(&["HGET", &key, "v"]).trim(), "2");
+    assert_eq!(redis.bucket_state(&key, &["v", "w", "t"]).1[0], 2.0);
     // The calls' records are fields of the tenant's hash of the moment (one for both, or one
     // each when they fell into two quarter seconds), not a key a call.
     let pattern = format!("slr:{{{tenant}}}:*");
@@ -513,8 +513,8 @@ async fn a_batch_whose_reply_was_lost_is_resent_and_each_check_counted_once() {
     );
     // One unit before, one a concurrent check: the lost batch ran once, not twice.
     assert_eq!(
-        redis.cli(&["HGET", &key, "v"]).trim(),
-        (1 + CHECKS).to_string()
+        redis.bucket_state(&key, &["v", "w", "t"]).1[0],
+        (1 + CHECKS) as f64
     );
 }
 
@@ -600,10 +600,14 @@ async fn a_first_send_writes_its_record_without_looking_for_one() {
     assert_eq!(redis.command_stats("evalsha").0, 3, "three calls");
     assert_eq!(redis.command_stats("hget").0, 0, "no record looked up");
     assert_eq!(redis.command_stats("pttl").0, 0, "no TTL read");
+    assert_eq!(redis.command_stats("hset").0, 3, "a record a call");
+    // A bucket is a packed string (`--redis-bucket-layout`), written with its TTL in one
+    // command: no `HSET` and no `PEXPIRE` of its own.
+    assert_eq!(redis.command_stats("set").0, 3, "a bucket a call");
     assert_eq!(
-        redis.command_stats("hset").0,
-        6,
-        "a bucket and a record a call"
+        redis.command_stats("pexpire").0,
+        3,
+        "the records' TTLs only"
     );
     assert_call_records(&redis, &tenant, 4);
 }

@@ -179,6 +179,35 @@ impl RedisServer {
         redis_cli(self.port, args).unwrap_or_else(|| panic!("redis-cli {args:?} failed"))
     }
 
+    /// The numbers of a bucket's state, in the order of the field names `fields` (the order of
+    /// `lua/check.lua`'s "State"), whichever layout it was written in (a packed string or a
+    /// hash); empty when the key is absent. Also returns the layout: `string` or `hash`.
+    pub fn bucket_state(&self, key: &str, fields: &[&str]) -> (String, Vec<f64>) {
+        const READ: &str = "local kind = redis.call('TYPE', KEYS[1]).ok \
+            local values = {} \
+            if kind == 'string' then \
+              values = { struct.unpack('<' .. string.rep('d', #ARGV), redis.call('GET', KEYS[1])) } \
+              values[#ARGV + 1] = nil \
+            elseif kind == 'hash' then \
+              values = redis.call('HMGET', KEYS[1], unpack(ARGV)) \
+            end \
+            local out = { kind } \
+            for i = 1, #values do out[i + 1] = string.format('%.17g', tonumber(values[i])) end \
+            return out";
+        let mut args = vec!["EVAL", READ, "1", key];
+        args.extend_from_slice(fields);
+        let output = self.cli(&args);
+        let mut lines = output.lines().map(str::trim);
+        let kind = lines.next().unwrap_or_default().to_owned();
+        let numbers = lines
+            .map(|l| {
+                l.parse()
+                    .unwrap_or_else(|_| panic!("not a number: {l:?} in {output:?}"))
+            })
+            .collect();
+        (kind, numbers)
+    }
+
     /// `calls` and `usec_per_call` of `command` (lower case, e.g. `evalsha`) in `INFO
     /// commandstats`, since the start or the last `CONFIG RESETSTAT`; 0 when it never ran.
     pub fn command_stats(&self, command: &str) -> (u64, f64) {
