@@ -93,7 +93,7 @@ Reply: one string, the list of the checks' replies in order packed in MessagePac
        the batch's record keeps): a reply of nested arrays costs the server's Redis client
        about a thousand instructions a value to parse, one string a few a byte
        (server/src/limiter/batch_reply.rs); a check that raised an error (a key of another
-       type) replies { 3, the error }; the others are decided as usual.
+       type, a packed bucket of another length) replies { 3, the error }; the others are decided as usual.
 The buckets the batch's checks add to an active-key HyperLogLog are gathered and added once
 per HyperLogLog at the batch's end (one PFADD, not one a check).
 
@@ -266,31 +266,38 @@ end
 -- A bucket's state: its numbers in the order of its fields' names (...), read in either
 -- layout (the header's "State"), whichever this call writes; an absent key reads as no
 -- numbers. Each layout is tried first where it is the one written, so a call pays a second
--- command only for a bucket last written in the other layout.
+-- command only for a bucket last written in the other layout. A packed string of another
+-- length than its numbers' was not written by this algorithm (a bucket's key names its
+-- algorithm: server/src/redis_client/keys.rs), and is refused rather than read in part: the
+-- check fails, as on a key of another type.
 local function read_state(key, ...)
+  local raw
   if packed then
-    local raw = redis.pcall('GET', key)
-    if type(raw) ~= 'table' then
-      absent[key] = raw == false
-      if raw then
-        return { struct.unpack(packing(select('#', ...)), raw) }
-      end
+    raw = redis.pcall('GET', key)
+    if raw == false then
+      absent[key] = true
       return {}
     end
   end
-  local values = redis.pcall('HMGET', key, ...)
-  if values.err then
+  if not packed or type(raw) == 'table' then
+    local values = redis.pcall('HMGET', key, ...)
+    if not values.err then
+      -- Every write sets all of a state's fields, so a missing first field is a missing key.
+      absent[key] = values[1] == false
+      for i = 1, #values do
+        values[i] = tonumber(values[i])
+      end
+      return values
+    end
     -- A packed string, under the hash layout.
-    local raw = redis.call('GET', key)
-    absent[key] = false
-    return { struct.unpack(packing(select('#', ...)), raw) }
+    raw = redis.call('GET', key)
   end
-  -- Every write sets all of a state's fields, so a missing first field is a missing key.
-  absent[key] = values[1] == false
-  for i = 1, #values do
-    values[i] = tonumber(values[i])
+  absent[key] = false
+  local n = select('#', ...)
+  if #raw ~= 8 * n then
+    error('bucket ' .. key .. ' holds ' .. #raw .. ' bytes, not the ' .. 8 * n .. ' of its ' .. n .. ' numbers')
   end
-  return values
+  return { struct.unpack(packing(n), raw) }
 end
 
 -- When a sliding window would hold nothing: after the next window ends if the current one
@@ -534,16 +541,16 @@ local function lease_member(expires, slots)
 end
 
 -- Writes a state of the first five algorithms as a hash, its fields named by how many
--- numbers it has (the header's State), and returns HSET's reply, or its error as a table
--- (a key of another type).
-local function write_hash(key, state)
+-- numbers it has (the header's State), with `call` (redis.call, or redis.pcall to get an
+-- error back as a table), and returns HSET's reply.
+local function write_hash(call, key, state)
   local n = #state
   if n == 2 then
-    return redis.pcall('HSET', key, 'v', fmt(state[1]), 't', fmt(state[2]))
+    return call('HSET', key, 'v', fmt(state[1]), 't', fmt(state[2]))
   elseif n == 3 then
-    return redis.pcall('HSET', key, 'v', fmt(state[1]), 'w', fmt(state[2]), 't', fmt(state[3]))
+    return call('HSET', key, 'v', fmt(state[1]), 'w', fmt(state[2]), 't', fmt(state[3]))
   end
-  return redis.pcall('HSET', key, 'p', fmt(state[1]), 'v', fmt(state[2]), 'w', fmt(state[3]),
+  return call('HSET', key, 'p', fmt(state[1]), 'v', fmt(state[2]), 'w', fmt(state[3]),
     't', fmt(state[4]))
 end
 
@@ -559,10 +566,17 @@ local function write(key, algorithm, state, ttl, P)
   elseif packed then
     redis.call('SET', key, struct.pack(packing(#state), unpack(state)), 'PX', ttl)
     return
-  elseif type(write_hash(key, state)) == 'table' then
-    -- A packed string, under the hash layout.
-    redis.call('DEL', key)
-    write_hash(key, state)
+  else
+    local reply = write_hash(redis.pcall, key, state)
+    if type(reply) == 'table' then
+      -- A packed string, under the hash layout, is written over; any other error is the
+      -- check's (the read before it would have failed on a key of a third type).
+      if not string.find(reply.err, 'WRONGTYPE', 1, true) then
+        error(reply.err)
+      end
+      redis.call('DEL', key)
+      write_hash(redis.call, key, state)
+    end
   end
   redis.call('PEXPIRE', key, ttl)
 end
@@ -874,9 +888,9 @@ add_all_waiting()
 for _, active_key in ipairs(gathered.order) do
   mark_active(active_key, gathered[active_key])
 end
-local packed = encode_record(replies)
-redis.call('HSET', record, field, packed)
+local encoded = encode_record(replies)
+redis.call('HSET', record, field, encoded)
 -- Every write to this hash asks for the same TTL (it is in the key's name), at a Redis time no
 -- earlier than the last: the expiry only moves later, and every field lives its TTL.
 redis.call('PEXPIRE', record, record_ttl)
-return packed
+return encoded

@@ -71,20 +71,36 @@ local function packing(n)
   return n == 2 and '<dd' or n == 3 and '<ddd' or '<dddd'
 end
 
--- A bucket's state as numbers, in the order of its fields' names, from either layout; nil
--- when the key is absent.
+-- A bucket's state as numbers, in the order of its fields' names, from either layout (the
+-- one written tried first); nil when the key is absent. A packed string of another length
+-- than its numbers' is refused, as lua/check.lua refuses it.
 local function read_state(key, names)
-  local raw = redis.call('TYPE', key).ok
-  if raw == 'none' then
-    return nil
-  elseif raw == 'string' then
-    return { struct.unpack(packing(#names), redis.call('GET', key)) }
+  local raw
+  if packed then
+    raw = redis.pcall('GET', key)
+    if raw == false then
+      return nil
+    end
   end
-  local values = redis.call('HMGET', key, unpack(names))
-  for i = 1, #values do
-    values[i] = tonumber(values[i])
+  if not packed or type(raw) == 'table' then
+    local values = redis.pcall('HMGET', key, unpack(names))
+    if not values.err then
+      -- Every write sets all of a state's fields, so a missing first field is a missing key.
+      if values[1] == false then
+        return nil
+      end
+      for i = 1, #values do
+        values[i] = tonumber(values[i])
+      end
+      return values
+    end
+    -- A packed string, under the hash layout.
+    raw = redis.call('GET', key)
   end
-  return values
+  if #raw ~= 8 * #names then
+    error('bucket ' .. key .. ' holds ' .. #raw .. ' bytes, not the ' .. 8 * #names .. ' of its ' .. #names .. ' numbers')
+  end
+  return { struct.unpack(packing(#names), raw) }
 end
 
 -- Enters a bucket this settle creates in the quota's index.
@@ -109,10 +125,16 @@ local function write(key, names, values, ttl)
     fields[2 * i - 1] = names[i]
     fields[2 * i] = fmt(values[i])
   end
-  if redis.call('TYPE', key).ok == 'string' then
+  local reply = redis.pcall('HSET', key, unpack(fields))
+  if type(reply) == 'table' then
+    -- A packed string, under the hash layout, is written over; any other error is the
+    -- settle's.
+    if not string.find(reply.err, 'WRONGTYPE', 1, true) then
+      error(reply.err)
+    end
     redis.call('DEL', key)
+    redis.call('HSET', key, unpack(fields))
   end
-  redis.call('HSET', key, unpack(fields))
   redis.call('PEXPIRE', key, ttl)
 end
 

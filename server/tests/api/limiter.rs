@@ -1593,10 +1593,9 @@ fn random_step(rng: &mut SmallRng, period: u64) -> i64 {
     }
 }
 
-/// Drives one random sequence through Redis (explicit clock) and the model side by side;
-/// returns the first disagreement.
-/// One random sequence of checks, each sent through `limiters[step % limiters.len()]` (instances
-/// of one fleet, which may write buckets in different layouts) and decided by the model too.
+/// Drives one random sequence through Redis (explicit clock) and the model side by side, each
+/// check sent through `limiters[step % limiters.len()]` (instances of one fleet, which may
+/// write buckets in different layouts); returns the first disagreement.
 async fn differential_sequence(
     limiters: &[Limiter],
     seed: u64,
@@ -1725,6 +1724,109 @@ async fn lua_and_the_model_agree_whichever_layout_each_instance_writes() {
         let both = [BucketLayout::Hash, BucketLayout::Packed];
         run_differential(base + 5_000..base + 5_300, &both, |_| vec![algorithm]).await;
     }
+}
+
+/// A packed bucket holds exactly its numbers: a string of another length under a bucket's key
+/// (24 bytes where a token bucket keeps two doubles) fails its check with an error that says
+/// so, in either layout, and is left as it was, rather than read in part.
+#[tokio::test]
+async fn a_packed_bucket_of_another_length_fails_its_check_and_is_left_alone() {
+    let server = RedisServer::start();
+    let t = tenant();
+    let spec = LimitSpec::new(Algorithm::TokenBucket, 10, 60_000);
+    let req = request(&t, vec![rule(&t, "r", spec, 1)], Some(T0));
+    let key = req.rules[0].key.clone();
+    let foreign = "0123456789abcdefghijklmn";
+    server.cli(&["SET", &key, foreign]);
+    for layout in [BucketLayout::Packed, BucketLayout::Hash] {
+        let limiter = Limiter::connect(&LimiterTarget::Redis(server.url()), options(1))
+            .await
+            .unwrap()
+            .with_bucket_layout(layout);
+        let error = limiter.check(&req).await.unwrap_err().to_string();
+        assert!(
+            error.contains("holds 24 bytes, not the 16 of its 2 numbers"),
+            "{layout:?}: {error}"
+        );
+        assert_eq!(server.cli(&["GET", &key]).trim(), foreign, "{layout:?}");
+    }
+}
+
+/// The `hash` layout is what builds before packed buckets read and write: for each of the
+/// five algorithms, a hash of exactly the fields they read (`HMGET`), each a decimal number,
+/// written with `HSET` and `PEXPIRE`, and no `SET`.
+#[tokio::test]
+async fn hash_buckets_keep_the_fields_and_commands_of_earlier_builds() {
+    let server = RedisServer::start();
+    let limiter = Limiter::connect(&LimiterTarget::Redis(server.url()), options(1))
+        .await
+        .unwrap()
+        .with_bucket_layout(BucketLayout::Hash);
+    let t = tenant();
+    let cases = [
+        (Algorithm::TokenBucket, "tb", vec!["t", "v"]),
+        (Algorithm::Gcra, "gcra", vec!["t", "v"]),
+        (Algorithm::LeakyBucket, "lb", vec!["t", "v"]),
+        (Algorithm::FixedWindow, "fw", vec!["t", "v", "w"]),
+        (Algorithm::SlidingWindow, "sw", vec!["p", "t", "v", "w"]),
+    ];
+    // Loads the script, so that the counts below are the checks' alone.
+    let warm = request(
+        &t,
+        vec![rule(
+            &t,
+            "warm",
+            LimitSpec::new(Algorithm::TokenBucket, 10, 60_000),
+            1,
+        )],
+        Some(T0),
+    );
+    limiter.check(&warm).await.unwrap();
+    server.cli(&["CONFIG", "RESETSTAT"]);
+    for (algorithm, name, fields) in &cases {
+        let req = request(
+            &t,
+            vec![rule(&t, name, LimitSpec::new(*algorithm, 10, 60_000), 1)],
+            Some(T0),
+        );
+        assert!(limiter.check(&req).await.unwrap().allowed, "{name}");
+        let key = &req.rules[0].key;
+        assert_eq!(server.cli(&["TYPE", key]).trim(), "hash", "{name}");
+        let mut names: Vec<String> = server
+            .cli(&["HKEYS", key])
+            .lines()
+            .map(|l| l.trim().to_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, *fields, "{name}");
+        for field in fields {
+            let value = server.cli(&["HGET", key, field]);
+            assert!(
+                value.trim().parse::<f64>().is_ok(),
+                "{name}.{field} is a decimal number: {value:?}"
+            );
+        }
+    }
+    let checks = cases.len() as u64;
+    assert_eq!(server.command_stats("evalsha").0, checks, "a call a check");
+    // A bucket and the call's record a check.
+    assert_eq!(
+        server.command_stats("hset").0,
+        2 * checks,
+        "HSET a bucket and a record"
+    );
+    assert_eq!(server.command_stats("set").0, 0, "no packed bucket");
+    // And the HyperLogLog of a minute that began after the first check, with its PEXPIRE.
+    let minutes = server
+        .cli(&["KEYS", &format!("slk:{{{t}}}:*")])
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .count() as u64;
+    assert_eq!(
+        server.command_stats("pexpire").0,
+        2 * checks + (minutes - 1),
+        "PEXPIRE a bucket and a record"
+    );
 }
 
 /// A bucket is stored in the layout of the instance that wrote it last, and keeps its count
@@ -1865,9 +1967,9 @@ async fn concurrent_checks_of_a_tenant_share_calls_stay_exact_and_fail_alone() {
             request(&t, vec![r], None)
         })
         .collect();
-    // A bucket of another type: its check fails, the ones batched with it do not.
+    // A bucket of another type (a list): its check fails, the ones batched with it do not.
     let broken = request(&t, vec![rule(&t, "broken", spec, 1)], None);
-    server.cli(&["SET", &broken.rules[0].key, "not a bucket"]);
+    server.cli(&["RPUSH", &broken.rules[0].key, "not a bucket"]);
     let before = server.command_stats("evalsha").0;
     let pfadds_before = server.command_stats("pfadd").0;
     let limiter = Arc::new(limiter);
