@@ -28,6 +28,15 @@ fn options(connections: usize) -> RedisOptions {
     }
 }
 
+/// An instance's limiter on `server`, with `connections` connections, writing buckets in
+/// `layout`.
+async fn instance(server: &RedisServer, connections: usize, layout: BucketLayout) -> Limiter {
+    Limiter::connect(&LimiterTarget::Redis(server.url()), options(connections))
+        .await
+        .unwrap()
+        .with_bucket_layout(layout)
+}
+
 fn tenant() -> String {
     uuid::Uuid::new_v4().to_string()
 }
@@ -1677,10 +1686,7 @@ async fn run_differential(
     let server = RedisServer::start();
     let mut limiters = Vec::new();
     for layout in layouts {
-        let limiter = Limiter::connect(&LimiterTarget::Redis(server.url()), options(4))
-            .await
-            .unwrap();
-        limiters.push(limiter.with_bucket_layout(*layout));
+        limiters.push(instance(&server, 4, *layout).await);
     }
     let mut failures = Vec::new();
     let seeds: Vec<u64> = seeds.collect();
@@ -1739,10 +1745,7 @@ async fn a_packed_bucket_of_another_length_fails_its_check_and_is_left_alone() {
     let foreign = "0123456789abcdefghijklmn";
     server.cli(&["SET", &key, foreign]);
     for layout in [BucketLayout::Packed, BucketLayout::Hash] {
-        let limiter = Limiter::connect(&LimiterTarget::Redis(server.url()), options(1))
-            .await
-            .unwrap()
-            .with_bucket_layout(layout);
+        let limiter = instance(&server, 1, layout).await;
         let error = limiter.check(&req).await.unwrap_err().to_string();
         assert!(
             error.contains("holds 24 bytes, not the 16 of its 2 numbers"),
@@ -1758,10 +1761,7 @@ async fn a_packed_bucket_of_another_length_fails_its_check_and_is_left_alone() {
 #[tokio::test]
 async fn hash_buckets_keep_the_fields_and_commands_of_earlier_builds() {
     let server = RedisServer::start();
-    let limiter = Limiter::connect(&LimiterTarget::Redis(server.url()), options(1))
-        .await
-        .unwrap()
-        .with_bucket_layout(BucketLayout::Hash);
+    let limiter = instance(&server, 1, BucketLayout::Hash).await;
     let t = tenant();
     let cases = [
         (Algorithm::TokenBucket, "tb", vec!["t", "v"]),
@@ -1817,11 +1817,7 @@ async fn hash_buckets_keep_the_fields_and_commands_of_earlier_builds() {
     );
     assert_eq!(server.command_stats("set").0, 0, "no packed bucket");
     // And the HyperLogLog of a minute that began after the first check, with its PEXPIRE.
-    let minutes = server
-        .cli(&["KEYS", &format!("slk:{{{t}}}:*")])
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .count() as u64;
+    let minutes = server.keys(&format!("slk:{{{t}}}:*")).len() as u64;
     assert_eq!(
         server.command_stats("pexpire").0,
         2 * checks + (minutes - 1),
@@ -1834,17 +1830,8 @@ async fn hash_buckets_keep_the_fields_and_commands_of_earlier_builds() {
 #[tokio::test]
 async fn a_bucket_takes_the_layout_of_its_last_writer_and_keeps_its_count() {
     let server = RedisServer::start();
-    let connect = |layout| {
-        let url = server.url();
-        async move {
-            Limiter::connect(&LimiterTarget::Redis(url), options(1))
-                .await
-                .unwrap()
-                .with_bucket_layout(layout)
-        }
-    };
-    let hash = connect(BucketLayout::Hash).await;
-    let packed = connect(BucketLayout::Packed).await;
+    let hash = instance(&server, 1, BucketLayout::Hash).await;
+    let packed = instance(&server, 1, BucketLayout::Packed).await;
     let t = tenant();
     let spec = LimitSpec::new(Algorithm::FixedWindow, 10, crate::helpers::DAY_MS);
     let req = request(&t, vec![rule(&t, "r", spec, 1)], Some(T0));
@@ -2622,10 +2609,7 @@ async fn lua_and_the_model_settle_alike_on_random_sequences() {
     // that writes packed buckets: checks and settles read and write both layouts in turn.
     let mut instances = Vec::new();
     for layout in [BucketLayout::Packed, BucketLayout::Hash] {
-        let limiter = Limiter::connect(&LimiterTarget::Redis(server.url()), options(4))
-            .await
-            .unwrap();
-        instances.push(limiter.with_bucket_layout(layout));
+        instances.push(instance(&server, 4, layout).await);
     }
     let mut failures = Vec::new();
     let mut settled = 0;

@@ -179,6 +179,16 @@ impl RedisServer {
         redis_cli(self.port, args).unwrap_or_else(|| panic!("redis-cli {args:?} failed"))
     }
 
+    /// The keys matching `pattern` (`KEYS`; a private test server holds few).
+    pub fn keys(&self, pattern: &str) -> Vec<String> {
+        self.cli(&["KEYS", pattern])
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect()
+    }
+
     /// The numbers of a bucket's state, in the order of the field names `fields` (the order of
     /// `lua/check.lua`'s "State"), whichever layout it was written in (a packed string or a
     /// hash); empty when the key is absent. Also returns the layout: `string` or `hash`.
