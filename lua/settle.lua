@@ -1,7 +1,10 @@
 --[[
 settle.lua: settle a reservation (`POST /v1/settle`), in one step on every rule it charged:
 what its estimate charged beyond the final cost is given back, what the final cost passes it
-is charged (a bucket may go into debt).
+is charged (a bucket may go into debt). Every bucket is read and settled before any is
+written, as lua/check.lua decides every rule before committing any: a bucket that cannot be
+read (a key of another type, a packed string of another length) fails the settle with
+nothing written, so a settle repeated once it is mended refunds each bucket once.
 
 The arithmetic is the reference model's `settle` (app/src/rules/model.rs), operation for
 operation; the differential test holds the two to identical answers. What a refund means
@@ -139,12 +142,13 @@ local function write(key, names, values, ttl)
 end
 
 -- Each settles one rule: L, P, B its parameters, c what it was charged, m where, f the final
--- cost. Called only when f ~= c, and for a refund only when the state exists.
+-- cost. Called only when f ~= c. Each only reads, and returns what it would write (a function),
+-- or nil when the bucket is left as it is (a refund to a state that has expired).
 
 local function token_bucket(key, L, P, B, c, m, f)
   local s = read_state(key, { 'v', 't' })
   if s == nil and f < c then
-    return
+    return nil
   end
   s = s or { B, now }
   local tokens, ts = s[1], s[2]
@@ -155,7 +159,9 @@ local function token_bucket(key, L, P, B, c, m, f)
   else
     tokens = tokens - (f - c)
   end
-  write(key, { 'v', 't' }, { tokens, t }, whole_ms((B - math.min(0, tokens)) * P / L + MARGIN))
+  return function()
+    write(key, { 'v', 't' }, { tokens, t }, whole_ms((B - math.min(0, tokens)) * P / L + MARGIN))
+  end
 end
 
 local function gcra(key, L, P, B, c, m, f)
@@ -163,7 +169,7 @@ local function gcra(key, L, P, B, c, m, f)
   local tau = B * per
   local s = read_state(key, { 'v', 't' })
   if s == nil and f < c then
-    return
+    return nil
   end
   s = s or { 0, now }
   local backlog, ts = s[1], s[2]
@@ -174,13 +180,15 @@ local function gcra(key, L, P, B, c, m, f)
   else
     backlog = backlog + (f - c) * per
   end
-  write(key, { 'v', 't' }, { backlog, t }, whole_ms(math.max(tau, backlog) + MARGIN))
+  return function()
+    write(key, { 'v', 't' }, { backlog, t }, whole_ms(math.max(tau, backlog) + MARGIN))
+  end
 end
 
 local function leaky_bucket(key, L, P, B, c, m, f)
   local s = read_state(key, { 'v', 't' })
   if s == nil and f < c then
-    return
+    return nil
   end
   s = s or { 0, now }
   local level, ts = s[1], s[2]
@@ -191,13 +199,15 @@ local function leaky_bucket(key, L, P, B, c, m, f)
   else
     level = level + (f - c)
   end
-  write(key, { 'v', 't' }, { level, t }, whole_ms(math.max(B, level) * P / L + MARGIN))
+  return function()
+    write(key, { 'v', 't' }, { level, t }, whole_ms(math.max(B, level) * P / L + MARGIN))
+  end
 end
 
 local function fixed_window(key, L, P, B, c, m, f)
   local s = read_state(key, { 'v', 'w', 't' })
   if s == nil and f < c then
-    return
+    return nil
   end
   s = s or { 0, math.floor(now / P), now }
   local count, window, ts = s[1], s[2], s[3]
@@ -208,19 +218,21 @@ local function fixed_window(key, L, P, B, c, m, f)
   end
   if f < c then
     if m ~= window then
-      return
+      return nil
     end
     count = math.max(0, count - (c - f))
   else
     count = count + (f - c)
   end
-  write(key, { 'v', 'w', 't' }, { count, window, t }, whole_ms((window + 1) * P - t + MARGIN))
+  return function()
+    write(key, { 'v', 'w', 't' }, { count, window, t }, whole_ms((window + 1) * P - t + MARGIN))
+  end
 end
 
 local function sliding_window(key, L, P, B, c, m, f)
   local s = read_state(key, { 'p', 'v', 'w', 't' })
   if s == nil and f < c then
-    return
+    return nil
   end
   s = s or { 0, 0, math.floor(now / P), now }
   local prev, cur, window, ts = s[1], s[2], s[3], s[4]
@@ -237,18 +249,20 @@ local function sliding_window(key, L, P, B, c, m, f)
     elseif m == w - 1 then
       prev = math.max(0, prev - (c - f))
     else
-      return
+      return nil
     end
   else
     cur = cur + (f - c)
   end
-  write(key, { 'p', 'v', 'w', 't' }, { prev, cur, w, t }, whole_ms(P - (t - w * P) + P + MARGIN))
+  return function()
+    write(key, { 'p', 'v', 'w', 't' }, { prev, cur, w, t }, whole_ms(P - (t - w * P) + P + MARGIN))
+  end
 end
 
 local function sliding_log(key, L, P, B, c, m, f)
   local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
   if newest[2] == nil and f < c then
-    return
+    return nil
   end
   local t = now
   if newest[2] then
@@ -263,27 +277,29 @@ local function sliding_log(key, L, P, B, c, m, f)
       end
     end
   end
-  if found or f > c then
+  if not found and f < c then
+    return nil
+  end
+  return function()
     redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(t - P))
-  end
-  if found then
-    -- The entry keeps its time and its place among equal times; only its cost changes.
-    redis.call('ZREM', key, found)
-    redis.call('ZADD', key, fmt(m), string.match(found, '^(.*):[^:]+$') .. ':' .. fmt(f))
-  elseif f > c then
-    if newest[2] == nil then
-      created(key, whole_ms(P + MARGIN))
+    if found then
+      -- The entry keeps its time and its place among equal times; only its cost changes.
+      redis.call('ZREM', key, found)
+      redis.call('ZADD', key, fmt(m), string.match(found, '^(.*):[^:]+$') .. ':' .. fmt(f))
+    else
+      if newest[2] == nil then
+        created(key, whole_ms(P + MARGIN))
+      end
+      local k = redis.call('ZCOUNT', key, fmt(t), fmt(t))
+      redis.call('ZADD', key, fmt(t), fmt(t) .. ':' .. k .. ':' .. fmt(f - c))
     end
-    local k = redis.call('ZCOUNT', key, fmt(t), fmt(t))
-    redis.call('ZADD', key, fmt(t), fmt(t) .. ':' .. k .. ':' .. fmt(f - c))
-  else
-    return
+    redis.call('PEXPIRE', key, whole_ms(P + MARGIN))
   end
-  redis.call('PEXPIRE', key, whole_ms(P + MARGIN))
 end
 
 -- A lease is freed by its release (lua/release.lua), whatever it cost: nothing to settle.
 local function concurrency()
+  return nil
 end
 
 local ALGORITHMS = { token_bucket, gcra, leaky_bucket, fixed_window, sliding_window, sliding_log,
@@ -298,11 +314,17 @@ for i, r in ipairs(charged) do
     return redis.error_reply('settle.lua: bucket ' .. i .. ' is not the one the reservation charged')
   end
 end
+-- Every bucket read and settled first; written only once all of them could be.
+local writes = {}
 for i, r in ipairs(charged) do
   local c = tonumber(r.c)
   if final ~= c then
-    ALGORITHMS[tonumber(r.a)](KEYS[i + 2], tonumber(r.l), tonumber(r.p), tonumber(r.b), c, tonumber(r.m), final)
+    writes[#writes + 1] = ALGORITHMS[tonumber(r.a)](KEYS[i + 2], tonumber(r.l), tonumber(r.p),
+                                                    tonumber(r.b), c, tonumber(r.m), final)
   end
+end
+for _, commit in ipairs(writes) do
+  commit()
 end
 redis.call('HSET', record, 's', ARGV[1])
 redis.call('PEXPIRE', record, ARGV[3])

@@ -1755,6 +1755,73 @@ async fn a_packed_bucket_of_another_length_fails_its_check_and_is_left_alone() {
     }
 }
 
+/// A settle reads every bucket its reservation charged before it writes any: when the second
+/// cannot be read (a list where its bucket was), the settle fails and the first keeps its
+/// state, and once the second is mended a settle refunds each bucket once. Before, the first
+/// was refunded by the failed settle and again by the next.
+#[tokio::test]
+async fn a_settle_that_cannot_read_one_of_its_buckets_writes_none() {
+    let server = RedisServer::start();
+    // A day's period, so that nothing refills between the calls.
+    let spec = LimitSpec::new(Algorithm::TokenBucket, 100, 86_400_000);
+    for layout in [BucketLayout::Packed, BucketLayout::Hash] {
+        let limiter = instance(&server, 1, layout).await;
+        let t = tenant();
+        let id = reservation_id(1);
+        let reserve = CheckRequest {
+            reserve: Some(Reserve {
+                id: id.clone(),
+                ttl_ms: 60_000,
+            }),
+            ..request(
+                &t,
+                vec![rule(&t, "first", spec, 10), rule(&t, "second", spec, 10)],
+                Some(T0),
+            )
+        };
+        let (first, second) = (reserve.rules[0].key.clone(), reserve.rules[1].key.clone());
+        // The first bucket is also charged 50 by a check, so a refund shows below its burst.
+        let check = request(&t, vec![rule(&t, "first", spec, 50)], Some(T0));
+        assert!(limiter.check(&check).await.unwrap().allowed, "{layout:?}");
+        assert!(limiter.check(&reserve).await.unwrap().allowed, "{layout:?}");
+        let dump = |key: &str| server.cli(&["DUMP", key]);
+        let before = dump(&first);
+        server.cli(&["DEL", &second]);
+        server.cli(&["RPUSH", &second, "not a bucket"]);
+
+        let failed = limiter.settle(&t, &id, 0, Some(T0), false).await;
+        assert!(failed.is_err(), "{layout:?}: {failed:?}");
+        assert_eq!(
+            dump(&first),
+            before,
+            "{layout:?}: the first bucket was written"
+        );
+
+        server.cli(&["DEL", &second]);
+        let settled = limiter.settle(&t, &id, 0, Some(T0), false).await.unwrap();
+        assert!(
+            matches!(
+                settled,
+                Settlement::Settled {
+                    repeated: false,
+                    ..
+                }
+            ),
+            "{layout:?}: {settled:?}"
+        );
+        let dry = CheckRequest {
+            dry_run: true,
+            ..request(&t, vec![rule(&t, "first", spec, 1)], Some(T0))
+        };
+        let remaining = limiter.check(&dry).await.unwrap().decisions[0].remaining;
+        assert!(
+            (remaining - 49.0).abs() < 1e-9,
+            "{layout:?}: 100 less the check's 50, the reservation's 10 given back once and the \
+             dry run's 1 leave 49, not {remaining}"
+        );
+    }
+}
+
 /// The `hash` layout is what builds before packed buckets read and write: for each of the
 /// five algorithms, a hash of exactly the fields they read (`HMGET`), each a decimal number,
 /// written with `HSET` and `PEXPIRE`, and no `SET`.
