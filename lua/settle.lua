@@ -143,7 +143,8 @@ end
 
 -- Each settles one rule: L, P, B its parameters, c what it was charged, m where, f the final
 -- cost. Called only when f ~= c. Each only reads, and returns what it would write (a function),
--- or nil when the bucket is left as it is (a refund to a state that has expired).
+-- or nil when the bucket is left as it is: a refund to a state that has expired, or to a window
+-- or log entry that has passed, and any concurrency rule (its lease's release frees it).
 
 local function token_bucket(key, L, P, B, c, m, f)
   local s = read_state(key, { 'v', 't' })
